@@ -1,0 +1,122 @@
+"""Crash-safe checkpoint folders: atomic writes, markers, discovery, clean-up."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from trainwell.checkpoint.layout import (
+    COMPLETE_MARKER,
+    CheckpointError,
+    atomic_checkpoint_dir,
+    cleanup_incomplete,
+    delete_checkpoint,
+    is_complete,
+    list_complete_checkpoints,
+    list_incomplete,
+    verify_checkpoint,
+    write_atomic,
+)
+from trainwell.trainer_utils import get_last_checkpoint
+
+
+def _save(root: Path, step: int, payload: bytes = b"weights") -> Path:
+    with atomic_checkpoint_dir(root / f"checkpoint-{step}") as tmp:
+        (tmp / "model.bin").write_bytes(payload)
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "tok.json").write_text("{}")
+    return root / f"checkpoint-{step}"
+
+
+def test_atomic_dir_success_writes_marker_with_file_list(tmp_path):
+    final = _save(tmp_path, 5)
+    assert is_complete(final)
+    assert (final / "model.bin").read_bytes() == b"weights"
+    record = json.loads((final / COMPLETE_MARKER).read_text())
+    assert record["files"] == {"model.bin": 7, "sub/tok.json": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5"]  # no temp folder left
+
+
+def test_atomic_dir_exception_leaves_nothing_and_keeps_old(tmp_path):
+    old = _save(tmp_path, 1, b"old")
+    with pytest.raises(OSError, match="disk full"):
+        with atomic_checkpoint_dir(tmp_path / "checkpoint-2") as tmp:
+            (tmp / "model.bin").write_bytes(b"half")
+            assert not (tmp / COMPLETE_MARKER).exists()  # the marker only comes on success
+            raise OSError("disk full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+    assert (old / "model.bin").read_bytes() == b"old" and is_complete(old)
+
+
+def test_atomic_dir_resave_same_step_replaces(tmp_path):
+    _save(tmp_path, 3, b"first")
+    final = _save(tmp_path, 3, b"second!")
+    assert (final / "model.bin").read_bytes() == b"second!"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3"]  # old copy moved aside and deleted
+
+
+def test_listing_ignores_incomplete_and_cleanup_removes_them(tmp_path):
+    _save(tmp_path, 10)
+    _save(tmp_path, 2)
+    (tmp_path / "checkpoint-30").mkdir()  # crashed, no marker
+    (tmp_path / ".tmp-checkpoint-40-123").mkdir()  # crashed while writing
+    (tmp_path / "checkpoint-abc").mkdir()  # not a checkpoint name
+    (tmp_path / "notes.txt").write_text("x")
+    assert [p.name for p in list_complete_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-10"]
+    assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
+    assert {p.name for p in list_incomplete(tmp_path)} == {"checkpoint-30", ".tmp-checkpoint-40-123"}
+    removed = cleanup_incomplete(tmp_path)
+    assert {p.name for p in removed} == {"checkpoint-30", ".tmp-checkpoint-40-123"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-2", "checkpoint-abc", "notes.txt"]
+
+
+def test_missing_output_dir_lists_nothing(tmp_path):
+    assert list_complete_checkpoints(tmp_path / "nope") == []
+    assert list_incomplete(tmp_path / "nope") == []
+    assert cleanup_incomplete(tmp_path / "nope") == []
+    assert get_last_checkpoint(tmp_path / "nope") is None
+
+
+def test_cleanup_recovers_complete_temp_when_final_missing(tmp_path):
+    done = _save(tmp_path, 7, b"new")
+    os.rename(done, tmp_path / ".tmp-checkpoint-7-999")  # crash between "move old aside" and "rename new"
+    cleanup_incomplete(tmp_path)
+    assert [p.name for p in list_complete_checkpoints(tmp_path)] == ["checkpoint-7"]
+    assert (tmp_path / "checkpoint-7" / "model.bin").read_bytes() == b"new"
+
+
+def test_verify_checkpoint_detects_truncation_and_deletion(tmp_path):
+    final = _save(tmp_path, 1, b"0123456789")
+    verify_checkpoint(final)
+    with open(final / "model.bin", "r+b") as handle:
+        handle.truncate(4)
+    with pytest.raises(CheckpointError, match=r"model\.bin.*4 bytes but 10"):
+        verify_checkpoint(final)
+    (final / "model.bin").unlink()
+    with pytest.raises(CheckpointError, match=r"model\.bin: file is missing"):
+        verify_checkpoint(final)
+    (final / COMPLETE_MARKER).unlink()
+    with pytest.raises(CheckpointError, match=r"marker file .*\.complete is missing"):
+        verify_checkpoint(final)
+
+
+def test_delete_checkpoint_and_write_atomic(tmp_path):
+    final = _save(tmp_path, 1)
+    delete_checkpoint(final)
+    assert not final.exists()
+    target = tmp_path / "state.json"
+    write_atomic(target, "one")
+    write_atomic(target, lambda p: p.write_bytes(b"two"))
+    assert target.read_text() == "two"
+
+    def failing(path: Path) -> None:
+        path.write_bytes(b"partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        write_atomic(target, failing)
+    assert target.read_text() == "two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]

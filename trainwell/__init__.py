@@ -1,0 +1,74 @@
+"""trainwell: a lean, fast, crash-safe training loop for PyTorch with the familiar Trainer API.
+
+Public names are resolved lazily (PEP 562) so that ``import trainwell`` costs almost nothing beyond ``import torch``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # trainer and arguments
+    "Trainer": "trainer",
+    "TrainingArguments": "args",
+    "Seq2SeqTrainingArguments": "seq2seq_args",
+    "Seq2SeqTrainer": "seq2seq",
+    "ArgParser": "parser",
+    "HfArgumentParser": "parser",
+    # state and callbacks
+    "TrainerState": "state",
+    "TrainerControl": "state",
+    "CallbackHandler": "events",
+    "TrainerCallback": "callbacks",
+    "DefaultFlowCallback": "callbacks",
+    "ProgressCallback": "callbacks",
+    "PrinterCallback": "callbacks",
+    "EarlyStoppingCallback": "callbacks",
+    "TensorBoardCallback": "callbacks.integrations.tensorboard",
+    "MLflowCallback": "callbacks.integrations.mlflow",
+    # utilities and types
+    "IntervalStrategy": "trainer_utils",
+    "SaveStrategy": "trainer_utils",
+    "SchedulerType": "trainer_utils",
+    "OptimizerNames": "trainer_utils",
+    "ParallelMode": "trainer_utils",
+    "HubStrategy": "trainer_utils",
+    "FSDPOption": "trainer_utils",
+    "TrainOutput": "trainer_utils",
+    "EvalPrediction": "trainer_utils",
+    "EvalLoopOutput": "trainer_utils",
+    "PredictionOutput": "trainer_utils",
+    "set_seed": "trainer_utils",
+    "enable_full_determinism": "trainer_utils",
+    "get_last_checkpoint": "trainer_utils",
+    # data
+    "default_data_collator": "data.collators",
+    "DataCollatorWithPadding": "data.collators",
+    "DataCollatorForSeq2Seq": "data.collators",
+    "DataCollatorForLanguageModeling": "data.collators",
+    # optimisation
+    "get_scheduler": "schedules",
+    "get_linear_schedule_with_warmup": "schedules",
+    "get_cosine_schedule_with_warmup": "schedules",
+    "get_constant_schedule": "schedules",
+    "get_constant_schedule_with_warmup": "schedules",
+    "Adafactor": "optim",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainwell' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # cache: later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

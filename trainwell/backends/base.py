@@ -1,0 +1,76 @@
+"""The Backend protocol: everything that differs between one device, DDP, FSDP and DeepSpeed.
+
+The training loop talks to a backend only through this interface and asks about ``caps``, never about types.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend does by itself, so that the loop does not do it twice."""
+
+    handles_grad_accumulation: bool = False  # DeepSpeed accumulates, scales and clips itself
+    owns_precision: bool = False  # DeepSpeed / FSDP mixed-precision policy replaces autocast
+    sharded_state: bool = False  # FSDP / ZeRO-3: saving needs every rank
+
+
+OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer, int], Any]
+
+
+class Backend(Protocol):
+    """Wraps the model for one execution strategy and performs backward / clip / step for it."""
+
+    caps: Capabilities
+    model: nn.Module  # the user's model, unwrapped
+    wrapped: nn.Module  # what the forward pass calls
+    optimizer: torch.optim.Optimizer | None
+    lr_scheduler: Any
+
+    def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Move the model to the device and wrap it; returns the module to call."""
+
+    def setup_optimization(self, optimizer: torch.optim.Optimizer, lr_scheduler: Any) -> None:
+        """Adopt the optimizer and scheduler built by the trainer (a backend may rebuild or wrap them)."""
+
+    def autocast(self) -> AbstractContextManager[None]:
+        """Mixed-precision context for the forward pass (a no-op context when disabled)."""
+
+    def no_sync(self, sync: bool) -> AbstractContextManager[None]:
+        """Skip gradient synchronisation on accumulation micro-steps (when ``sync`` is False)."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate ``loss`` (scaled when a loss scaler is active)."""
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
+        """Unscale and clip gradients; returns the total norm before clipping."""
+
+    def optimizer_step(self) -> bool:
+        """Step the optimizer; False when the step was skipped (fp16 overflow)."""
+
+    def zero_grad(self) -> None:
+        """Reset gradients."""
+
+    def state_dicts(self) -> Mapping[str, Any]:
+        """Extra resumable state owned by the backend (e.g. the grad scaler)."""
+
+    def load_state_dicts(self, states: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dicts` returned."""
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Consolidated model weights (gathered across ranks when sharded) for ``save_model``."""
+
+    def save(self, folder: Path) -> None:
+        """Write backend-specific checkpoint content (sharded weights/optimizer) into ``folder``."""
+
+    def load(self, folder: Path) -> None:
+        """Read what :meth:`save` wrote."""

@@ -1,0 +1,104 @@
+"""One process: a single device (CPU, one CUDA GPU, MPS), or ``nn.DataParallel`` over the GPUs of one process."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from ..precision import Precision
+from .base import Capabilities
+
+_NULL = nullcontext()
+
+
+class SingleDeviceBackend:
+    """Backward, clipping and stepping for a model that lives in this process.
+
+    The gradient scaler of :class:`Precision` is created disabled when fp16 is off, so every method here is the same
+    straight line whatever the precision. Subclasses (DDP) change only the wrapping and ``no_sync``.
+    """
+
+    caps = Capabilities()
+
+    def __init__(self, device: torch.device, precision: Precision, *, n_gpu: int = 1,
+                 place_model_on_device: bool = True) -> None:
+        self.device = device
+        self.precision = precision
+        self.scaler = precision.scaler
+        self.n_gpu = n_gpu
+        self.place_model_on_device = place_model_on_device
+        self.model: nn.Module | None = None
+        self.wrapped: nn.Module | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.lr_scheduler: Any = None
+
+    # -- model -------------------------------------------------------------------------------------------------
+    def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Move ``model`` to the device; wrap it in ``DataParallel`` when this process drives several GPUs."""
+        if self.place_model_on_device:
+            model = model.to(self.device)
+        self.model = model
+        self.wrapped = nn.DataParallel(model) if self.n_gpu > 1 and training else model
+        return self.wrapped
+
+    def setup_optimization(self, optimizer: torch.optim.Optimizer, lr_scheduler: Any) -> None:
+        """Adopt the optimizer and scheduler built by the trainer."""
+        self.optimizer = optimizer
+        self.lr_scheduler = lr_scheduler
+
+    # -- the step ----------------------------------------------------------------------------------------------
+    def autocast(self) -> AbstractContextManager[Any]:
+        """The forward-pass precision context."""
+        return self.precision.autocast()
+
+    def no_sync(self, sync: bool) -> AbstractContextManager[Any]:
+        """Nothing to synchronise in one process."""
+        return _NULL
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate, through the loss scaler when fp16 is on."""
+        if self.n_gpu > 1:
+            loss = loss.mean()
+        self.scaler.scale(loss).backward()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
+        """Unscale (fp16) then clip all gradients to ``max_norm``; returns the norm before clipping."""
+        if self.scaler.is_enabled():
+            self.scaler.unscale_(self.optimizer)
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
+    def optimizer_step(self) -> bool:
+        """Step; with fp16, a step whose gradients overflowed is skipped by the scaler and False is returned."""
+        if not self.scaler.is_enabled():
+            self.optimizer.step()
+            return True
+        scale_before = self.scaler.get_scale()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        return self.scaler.get_scale() >= scale_before
+
+    def zero_grad(self) -> None:
+        """Drop the gradients (set to None: cheaper than zeroing)."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # -- state -------------------------------------------------------------------------------------------------
+    def state_dicts(self) -> Mapping[str, Any]:
+        """The grad scaler, when fp16 is on."""
+        return {"scaler": self.scaler} if self.scaler.is_enabled() else {}
+
+    def load_state_dicts(self, states: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dicts` returned (the objects are restored in place by the checkpoint)."""
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        """The model's own state dict (nothing to gather in one process)."""
+        return self.model.state_dict()
+
+    def save(self, folder: Path) -> None:
+        """Nothing beyond the common checkpoint files."""
+
+    def load(self, folder: Path) -> None:
+        """Nothing beyond the common checkpoint files."""

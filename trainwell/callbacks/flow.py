@@ -1,0 +1,60 @@
+"""``DefaultFlowCallback``: turns the logging/evaluation/saving arguments into ``control`` decisions."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..trainer_utils import IntervalStrategy, SaveStrategy
+from .base import TrainerCallback
+
+if TYPE_CHECKING:
+    from ..state import TrainerControl, TrainerState
+
+__all__ = ["DefaultFlowCallback"]
+
+
+def _every(step: int, interval: int) -> bool:
+    """Whether ``step`` falls on a multiple of a positive ``interval``."""
+    return interval > 0 and step % interval == 0
+
+
+class DefaultFlowCallback(TrainerCallback):
+    """Decides when to log, evaluate, save and stop, from the ``*_strategy`` arguments.
+
+    Step intervals are read from ``state.logging_steps``/``eval_steps``/``save_steps`` (integers set by
+    ``TrainerState.compute_steps``); ``args.eval_delay`` postpones the first evaluation (in steps for
+    the ``steps`` strategy, in epochs for ``epoch``). At ``max_steps`` training stops and, unless
+    ``save_strategy`` is ``no`` or ``best``, a final checkpoint is saved.
+    """
+
+    def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
+        """Set the log/evaluate/save/stop flags after an optimizer step."""
+        step = state.global_step
+        if step == 1 and getattr(args, "logging_first_step", False):
+            control.should_log = True
+        if args.logging_strategy == IntervalStrategy.STEPS and _every(step, state.logging_steps):
+            control.should_log = True
+        if (
+            args.eval_strategy == IntervalStrategy.STEPS
+            and _every(step, state.eval_steps)
+            and (getattr(args, "eval_delay", 0) or 0) <= step
+        ):
+            control.should_evaluate = True
+        if args.save_strategy == SaveStrategy.STEPS and _every(step, state.save_steps):
+            control.should_save = True
+        if step >= state.max_steps:
+            control.should_training_stop = True
+            if args.save_strategy not in (SaveStrategy.NO, SaveStrategy.BEST):
+                control.should_save = True
+        return control
+
+    def on_epoch_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
+        """Set the log/evaluate/save flags for the ``epoch`` strategies."""
+        if args.logging_strategy == IntervalStrategy.EPOCH:
+            control.should_log = True
+        epoch = state.epoch if state.epoch is not None else 0
+        if args.eval_strategy == IntervalStrategy.EPOCH and (getattr(args, "eval_delay", 0) or 0) <= epoch:
+            control.should_evaluate = True
+        if args.save_strategy == SaveStrategy.EPOCH:
+            control.should_save = True
+        return control

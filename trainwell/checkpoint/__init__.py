@@ -1,0 +1,55 @@
+"""Checkpoints: atomic folders, discovery, rotation, weights files, RNG state and preemption handling.
+
+Public names are resolved lazily so that ``import trainwell.checkpoint`` (and ``get_last_checkpoint``) does
+not import torch:
+
+- layout: :data:`COMPLETE_MARKER`, :class:`CheckpointError`, :func:`is_complete`, :func:`list_complete_checkpoints`,
+  :func:`list_incomplete`, :func:`cleanup_incomplete`, :func:`atomic_checkpoint_dir`, :func:`write_atomic`,
+  :func:`verify_checkpoint`, :func:`delete_checkpoint`
+- weights: :func:`save_model_weights`, :func:`load_model_weights`, :func:`load_state_dict_from_folder`
+- rng: :func:`capture_rng_state`, :func:`restore_rng_state`, :func:`rng_file_name`
+- manager: :class:`CheckpointContents`, :class:`CheckpointManager`
+- preemption: :class:`PreemptionGuard`
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "COMPLETE_MARKER": "layout",
+    "CheckpointError": "layout",
+    "is_complete": "layout",
+    "list_complete_checkpoints": "layout",
+    "list_incomplete": "layout",
+    "cleanup_incomplete": "layout",
+    "atomic_checkpoint_dir": "layout",
+    "write_atomic": "layout",
+    "verify_checkpoint": "layout",
+    "delete_checkpoint": "layout",
+    "save_model_weights": "weights",
+    "load_model_weights": "weights",
+    "load_state_dict_from_folder": "weights",
+    "capture_rng_state": "rng",
+    "restore_rng_state": "rng",
+    "rng_file_name": "rng",
+    "CheckpointContents": "manager",
+    "CheckpointManager": "manager",
+    "PreemptionGuard": "preemption",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

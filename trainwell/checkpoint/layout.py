@@ -1,0 +1,285 @@
+"""Crash-safe checkpoint folders: atomic writes, completion markers, discovery and clean-up.
+
+A checkpoint is written into a hidden temporary folder next to its final place
+(``output_dir/.tmp-checkpoint-<step>-<pid>``). Only when every file is written and fsynced does the
+completion marker ``.complete`` get written (and fsynced) and the folder renamed to
+``output_dir/checkpoint-<step>``. A crash (power loss, OOM kill, disk full, preemption without grace) at any
+moment therefore leaves either the previous checkpoints untouched plus a temporary folder, or a finished
+checkpoint; never a folder that looks complete but is not. Discovery (:func:`list_complete_checkpoints`,
+``trainer_utils.get_last_checkpoint``) only ever returns folders with the marker.
+
+The marker holds a small JSON record (the relative path and size of every file) so that a later truncation
+or deletion of a file is detected before anything is loaded (:func:`verify_checkpoint`).
+
+This module imports neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..trainer_utils import PREFIX_CHECKPOINT_DIR, is_checkpoint_name
+
+logger = logging.getLogger(__name__)
+
+COMPLETE_MARKER = ".complete"
+TMP_PREFIX = ".tmp-"
+
+# File names inside a checkpoint folder (upstream's names where upstream has one).
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+WEIGHTS_NAME = "pytorch_model.bin"
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+OPTIMIZER_NAME = "optimizer.pt"
+SCHEDULER_NAME = "scheduler.pt"
+TRAINER_STATE_NAME = "trainer_state.json"
+TRAINING_ARGS_NAME = "training_args.bin"
+TRAINING_ARGS_JSON_NAME = "training_args.json"
+DATA_STATE_NAME = "data_state.json"
+
+# ".tmp-checkpoint-12-4242" (a folder being written) or ".tmp-checkpoint-12-4242.old" (a replaced one).
+_re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-\d+(\.old)?$")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint folder or file is missing, incomplete, truncated or does not match the model.
+
+    The message names the file and what is wrong with it.
+    """
+
+
+def is_complete(folder: str | os.PathLike) -> bool:
+    """True when ``folder`` is a directory holding the completion marker."""
+    path = Path(folder)
+    return path.is_dir() and (path / COMPLETE_MARKER).is_file()
+
+
+def _checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        step = is_checkpoint_name(child.name)
+        if step is not None and child.is_dir():
+            found.append((step, child))
+    return sorted(found, key=lambda item: item[0])
+
+
+def list_complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The complete ``checkpoint-<step>`` folders of ``output_dir``, sorted by step ascending.
+
+    Folders without the completion marker are ignored; a missing ``output_dir`` gives ``[]``.
+    """
+    return [path for _, path in _checkpoint_folders(output_dir) if is_complete(path)]
+
+
+def list_incomplete(output_dir: str | os.PathLike) -> list[Path]:
+    """Left-overs of interrupted saves: ``.tmp-checkpoint-*`` folders and checkpoint folders without marker."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    temps = sorted(child for child in root.iterdir() if _re_tmp.match(child.name))
+    unmarked = [path for _, path in _checkpoint_folders(root) if not is_complete(path)]
+    return temps + unmarked
+
+
+def _recover_interrupted_replace(root: Path) -> list[Path]:
+    """Promote a complete temp folder whose final folder is missing (crash between the two renames)."""
+    recovered = []
+    candidates = sorted(root.iterdir(), key=lambda p: p.name.endswith(".old"))  # new data before old data
+    for child in candidates:
+        match = _re_tmp.match(child.name)
+        if not match or not is_complete(child):
+            continue
+        final = root / match.group(1)
+        if not final.exists():
+            os.rename(child, final)
+            _fsync_dir(root)
+            logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
+            recovered.append(final)
+    return recovered
+
+
+def cleanup_incomplete(output_dir: str | os.PathLike) -> list[Path]:
+    """Delete what :func:`list_incomplete` finds and return the deleted paths.
+
+    A complete temporary folder whose final folder is missing (the process died between moving an old
+    checkpoint of the same step aside and renaming the new one into place) is renamed into place instead of
+    deleted. Call this from the main process only, before training starts: a save in progress in another
+    process would be deleted.
+    """
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    _recover_interrupted_replace(root)
+    removed = []
+    for path in list_incomplete(root):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            removed.append(path)
+        else:
+            logger.warning("could not delete incomplete checkpoint folder %s; delete it by hand", path)
+    return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # Windows cannot open directories; their metadata is durable on close there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_file(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_tree(root: Path) -> dict[str, int]:
+    """fsync every file and folder under ``root``; returns ``{relative posix path: size}`` of the files."""
+    sizes: dict[str, int] = {}
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            _fsync_file(path)
+            sizes[path.relative_to(root).as_posix()] = path.stat().st_size
+        _fsync_dir(Path(dirpath))
+    return sizes
+
+
+def write_marker(folder: Path, files: dict[str, int]) -> None:
+    """Write the completion marker (with the file list) into ``folder`` and fsync it."""
+    record = {"format": 1, "created": time.time(), "files": files}
+    marker = folder / COMPLETE_MARKER
+    with open(marker, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    _fsync_dir(folder)
+
+
+def read_marker(folder: str | os.PathLike) -> dict:
+    """The marker's record; ``{}`` for an empty marker (e.g. one created by hand with ``touch``)."""
+    marker = Path(folder) / COMPLETE_MARKER
+    if not marker.is_file():
+        raise CheckpointError(
+            f"{Path(folder)} is not a complete checkpoint: the marker file {marker} is missing "
+            "(the save was interrupted, or the folder was not written by trainwell)"
+        )
+    text = marker.read_text(encoding="utf-8").strip()
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"{marker}: the completion marker is not valid JSON ({err})") from err
+
+
+def verify_checkpoint(folder: str | os.PathLike) -> None:
+    """Check that every file recorded in the marker exists with its recorded size.
+
+    Raises :class:`CheckpointError` naming the first missing or resized file. Files written after the
+    marker (the RNG files of other ranks) and hand-made empty markers are not checked.
+    """
+    root = Path(folder)
+    files = read_marker(root).get("files", {})
+    for rel, size in files.items():
+        path = root / rel
+        if not path.is_file():
+            raise CheckpointError(f"{path}: file is missing from checkpoint {root} (it was deleted after saving)")
+        actual = path.stat().st_size
+        if actual != size:
+            raise CheckpointError(
+                f"{path}: file has {actual} bytes but {size} were written (truncated or overwritten after saving)"
+            )
+
+
+def _replace_folder(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and deleted afterwards."""
+    aside = None
+    if final.exists():
+        aside = final.parent / f"{TMP_PREFIX}{final.name}-{os.getpid()}.old"
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.rename(final, aside)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, final)
+        raise
+    _fsync_dir(final.parent)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+@contextmanager
+def atomic_checkpoint_dir(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder; on success it becomes ``final`` atomically, on error it is removed.
+
+    On leaving the block without an exception: every file is fsynced, the completion marker is written and
+    fsynced, the temporary folder is renamed to ``final`` (an existing ``final``, e.g. the same step saved
+    again, is moved aside and deleted after the rename) and the parent folder is fsynced. On an exception
+    (disk full, serialisation error, KeyboardInterrupt) the temporary folder is deleted and the exception
+    re-raised: checkpoints already on disk are untouched.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        (tmp / COMPLETE_MARKER).unlink(missing_ok=True)  # the caller may not pre-empt the marker
+        write_marker(tmp, _fsync_tree(tmp))
+        _replace_folder(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[Path], None]) -> Path:
+    """Write one file atomically: write a temporary sibling, fsync it, ``os.replace`` it onto ``path``.
+
+    ``data`` is the content (bytes, or str written as UTF-8) or a callable that writes the file at the
+    temporary path it receives (``lambda p: torch.save(obj, p)``). Readers see the old or the new file,
+    never a partial one. Returns ``path``.
+    """
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    try:
+        if callable(data):
+            data(tmp)
+        else:
+            payload = data.encode("utf-8") if isinstance(data, str) else data
+            tmp.write_bytes(payload)
+        _fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def delete_checkpoint(folder: str | os.PathLike) -> None:
+    """Delete a checkpoint folder, removing its marker first so a crash mid-way leaves it incomplete."""
+    path = Path(folder)
+    (path / COMPLETE_MARKER).unlink(missing_ok=True)
+    _fsync_dir(path)
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,343 @@
+"""CheckpointManager: save, rotate, find and restore ``output_dir/checkpoint-<step>`` folders.
+
+A checkpoint is a :class:`CheckpointContents` (model, optimizer, scheduler, any objects with
+``state_dict()``/``load_state_dict()``, trainer state, arguments, data position, tokenizer). Saving goes
+through :func:`~trainwell.checkpoint.layout.atomic_checkpoint_dir`, so a crash never leaves a folder that
+looks complete. Loading reads and validates every file into memory first and only then applies them, so a
+damaged checkpoint raises :class:`~trainwell.checkpoint.layout.CheckpointError` without touching the model,
+and :meth:`CheckpointManager.load_latest_valid` can fall back to the previous checkpoint.
+
+Several processes (``world_size > 1``): the process(es) with ``should_save=True`` (rank 0, or the local main
+process of each node with ``save_on_each_node``) write everything, their own RNG file included, atomically.
+Then all ranks meet at a barrier, and every other rank writes its ``rng_state_<rank>.pth`` into the finished
+folder (each with an atomic single-file write), then all meet at a second barrier. These late RNG files are
+not listed in the marker; a rank whose RNG file is missing on resume warns and keeps its current RNG state.
+Backends whose weights are sharded across ranks pass the gathered full weights as ``model_state_dict``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..trainer_utils import PREFIX_CHECKPOINT_DIR
+from . import layout
+from .layout import CheckpointError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+    from torch import nn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CheckpointContents:
+    """What goes into (and comes out of) one checkpoint; every field but ``model`` is optional.
+
+    - ``model``: the user's model, unwrapped (not the DDP/FSDP wrapper).
+    - ``optimizer`` / ``scheduler``: saved as ``optimizer.pt`` / ``scheduler.pt`` (``torch.save`` of their state dicts).
+    - ``extra``: ``{name: object with state_dict()/load_state_dict()}`` (e.g. ``"scaler"``), each saved as
+      ``<name>.pt``. Their state dicts must hold only tensors, numbers, strings and containers of them
+      (files are read back with ``torch.load(weights_only=True)``).
+    - ``trainer_state``: object with ``save_to_json(path)`` -> ``trainer_state.json``.
+    - ``args``: object with ``to_json_string()`` -> ``training_args.json``; also pickled to ``training_args.bin``.
+    - ``data_state``: JSON-serialisable dict (epoch, batches consumed, sampler seed) -> ``data_state.json``.
+    - ``processing_class``: tokenizer/processor; its ``save_pretrained(folder)`` is called when it has one.
+    - ``save_only_model``: write weights (and state/args) only: no optimizer, scheduler, extras or RNG.
+    - ``model_state_dict``: weights to write instead of ``model.state_dict()`` (gathered by a sharded backend).
+    """
+
+    model: "nn.Module"
+    optimizer: Any = None
+    scheduler: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    trainer_state: Any = None
+    args: Any = None
+    data_state: dict[str, Any] | None = None
+    processing_class: Any = None
+    save_only_model: bool = False
+    safe_serialization: bool = True
+    model_state_dict: dict[str, "torch.Tensor"] | None = None
+    max_shard_size: int | str = "5GB"
+
+
+def _torch_save(obj: Any, path: Path) -> None:
+    import torch
+
+    torch.save(obj, path)
+
+
+def _torch_read(path: Path, what: str) -> Any:
+    import torch
+
+    if not path.is_file():
+        raise CheckpointError(f"{path}: {what} file is missing from the checkpoint")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise CheckpointError(
+            f"{path}: the {what} state holds objects that safe loading refuses ({err}); make its state_dict() "
+            "return only tensors, numbers, strings, lists and dicts"
+        ) from err
+    except (RuntimeError, EOFError, ValueError, OSError) as err:
+        raise CheckpointError(f"{path}: cannot read {what} state ({err}); the file is truncated or corrupt") from err
+
+
+def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
+    """Raise before anything is applied when the saved optimizer state cannot fit ``optimizer``."""
+    groups = saved.get("param_groups") if isinstance(saved, dict) else None
+    if groups is None:
+        raise CheckpointError(f"{path}: not an optimizer state dict (no 'param_groups')")
+    current = optimizer.state_dict()["param_groups"]
+    saved_sizes = [len(g["params"]) for g in groups]
+    current_sizes = [len(g["params"]) for g in current]
+    if saved_sizes != current_sizes:
+        raise CheckpointError(
+            f"{path}: optimizer parameter groups have sizes {saved_sizes} in the checkpoint but {current_sizes} "
+            "now; build the optimizer for the same model and parameter groups, or resume without the optimizer"
+        )
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: cannot read {what} ({err}); the file is truncated or corrupt") from err
+
+
+class CheckpointManager:
+    """Saves, rotates, discovers and restores the checkpoints of one ``output_dir``.
+
+    ``save_total_limit``: keep at most that many complete checkpoints (the newest and the best are never
+    deleted). ``rank``/``world_size``: this process's place (selects its RNG file). ``should_save``: whether this
+    process writes the checkpoint (rank 0; the local main process of each node with ``save_on_each_node``).
+    """
+
+    def __init__(self, output_dir: str | os.PathLike, *, save_total_limit: int | None = None, rank: int = 0,
+                 world_size: int = 1, should_save: bool = True) -> None:
+        self.output_dir = Path(output_dir)
+        self.save_total_limit = save_total_limit
+        self.rank = rank
+        self.world_size = world_size
+        self.should_save = should_save
+
+    def checkpoint_dir(self, step: int) -> Path:
+        """``output_dir/checkpoint-<step>``."""
+        return self.output_dir / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+
+    @property
+    def rng_file(self) -> str:
+        """This rank's RNG file name."""
+        from .rng import rng_file_name
+
+        return rng_file_name(self.rank, self.world_size)
+
+    # ------------------------------------------------------------------------------------------ save
+
+    def save(self, step: int, contents: CheckpointContents) -> Path:
+        """Write checkpoint ``step`` and return its folder.
+
+        A collective when ``world_size > 1``: every rank must call it (see the module docstring). Call
+        :meth:`rotate` afterwards to apply ``save_total_limit``.
+        """
+        from ..distributed import barrier
+
+        final = self.checkpoint_dir(step)
+        if self.should_save:
+            with layout.atomic_checkpoint_dir(final) as tmp:
+                self._write_contents(tmp, contents)
+        if self.world_size > 1:
+            barrier()
+            if not self.should_save and not contents.save_only_model:
+                from .rng import save_rng_file
+
+                final.mkdir(parents=True, exist_ok=True)
+                save_rng_file(final / self.rng_file)
+            barrier()
+        return final
+
+    def _write_contents(self, folder: Path, c: CheckpointContents) -> None:
+        from .rng import capture_rng_state
+        from .weights import save_model_weights
+
+        save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
+                           max_shard_size=c.max_shard_size, state_dict=c.model_state_dict)
+        if not c.save_only_model:
+            if c.optimizer is not None:
+                _torch_save(c.optimizer.state_dict(), folder / layout.OPTIMIZER_NAME)
+            if c.scheduler is not None:
+                _torch_save(c.scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
+            for name, obj in c.extra.items():
+                _torch_save(obj.state_dict(), folder / f"{name}.pt")
+            _torch_save(capture_rng_state(), folder / self.rng_file)
+        if c.trainer_state is not None:
+            c.trainer_state.save_to_json(str(folder / layout.TRAINER_STATE_NAME))
+        if c.args is not None:
+            (folder / layout.TRAINING_ARGS_JSON_NAME).write_text(c.args.to_json_string(), encoding="utf-8")
+            _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
+        if c.data_state is not None:
+            (folder / layout.DATA_STATE_NAME).write_text(json.dumps(c.data_state, indent=2), encoding="utf-8")
+        if c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
+            c.processing_class.save_pretrained(str(folder))
+
+    # -------------------------------------------------------------------------------------- rotation
+
+    def rotate(self, best_model_checkpoint: str | os.PathLike | None = None) -> list[Path]:
+        """Delete the oldest complete checkpoints beyond ``save_total_limit``; returns the deleted folders.
+
+        The newest checkpoint and ``best_model_checkpoint`` are always kept, so a limit of 1 with a best
+        checkpoint that is not the newest keeps 2. Does nothing without a limit or when ``should_save`` is False.
+        """
+        if not self.should_save or not self.save_total_limit or self.save_total_limit <= 0:
+            return []
+        found = layout.list_complete_checkpoints(self.output_dir)
+        if not found:
+            return []
+        protected = {found[-1].resolve()}
+        if best_model_checkpoint is not None:
+            protected.add(Path(best_model_checkpoint).resolve())
+        keep_count = max(self.save_total_limit, sum(1 for p in found if p.resolve() in protected))
+        deletable = [p for p in found if p.resolve() not in protected]
+        doomed = deletable[: max(0, len(found) - keep_count)]
+        for folder in doomed:
+            logger.info("deleting older checkpoint %s (save_total_limit=%s)", folder, self.save_total_limit)
+            layout.delete_checkpoint(folder)
+        return doomed
+
+    # ------------------------------------------------------------------------------------- discovery
+
+    def resolve_resume(self, resume_from_checkpoint: bool | str | os.PathLike | None) -> Path | None:
+        """The folder to resume from: None/False -> None; True -> newest complete checkpoint; a path -> that folder.
+
+        Raises ValueError when True finds no complete checkpoint, or when the path does not exist or lacks the
+        completion marker.
+        """
+        if resume_from_checkpoint is None or resume_from_checkpoint is False:
+            return None
+        if resume_from_checkpoint is True:
+            found = layout.list_complete_checkpoints(self.output_dir)
+            if not found:
+                raise ValueError(f"no valid checkpoint found in {self.output_dir} (resume_from_checkpoint=True); "
+                                 "train from scratch or pass the path of a checkpoint folder")
+            return found[-1]
+        folder = Path(resume_from_checkpoint)
+        if not folder.is_dir():
+            raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: no such checkpoint folder")
+        if not layout.is_complete(folder):
+            inside = layout.list_complete_checkpoints(folder)
+            hint = (f"; it looks like an output_dir: pass {inside[-1]} or resume_from_checkpoint=True"
+                    if inside else "; if the folder was written by another tool and is known to be complete, "
+                    f"create the marker with `touch {folder / layout.COMPLETE_MARKER}`")
+            raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is not a complete checkpoint: "
+                             f"the marker file {layout.COMPLETE_MARKER} is missing (the save was interrupted){hint}")
+        return folder
+
+    # ------------------------------------------------------------------------------------------ load
+
+    def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool) -> dict[str, Any]:
+        """Read and validate every file needed for ``c`` into memory; touches nothing."""
+        from .rng import read_rng_file
+        from .weights import find_weights_file, match_state_dict, read_weights
+
+        layout.verify_checkpoint(folder)
+        state, origin = read_weights(folder)
+        staged: dict[str, Any] = {"model": match_state_dict(c.model, state, origin, strict=True,
+                                                            source=find_weights_file(folder))}
+        if load_optimizer:
+            staged.update(self._read_training_state(folder, c))
+        rng_path = folder / self.rng_file
+        if rng_path.is_file():
+            staged["rng"] = read_rng_file(rng_path)
+        else:
+            logger.warning("no RNG state %s in %s; the random streams are not restored", self.rng_file, folder)
+        data_path = folder / layout.DATA_STATE_NAME
+        staged["data_state"] = _read_json(data_path, "data state") if data_path.is_file() else None
+        state_path = folder / layout.TRAINER_STATE_NAME
+        if state_path.is_file():
+            _read_json(state_path, "trainer state")
+        staged["trainer_state_path"] = str(state_path) if state_path.is_file() else None
+        return staged
+
+    def _read_training_state(self, folder: Path, c: CheckpointContents) -> dict[str, Any]:
+        staged: dict[str, Any] = {}
+        if c.optimizer is not None and (folder / layout.OPTIMIZER_NAME).is_file():
+            staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer")
+            _check_optimizer_state(folder / layout.OPTIMIZER_NAME, staged["optimizer"], c.optimizer)
+        elif c.optimizer is not None:
+            logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
+                           folder, layout.OPTIMIZER_NAME)
+        if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():
+            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler")
+        for name in c.extra:
+            path = folder / f"{name}.pt"
+            if path.is_file():
+                staged[f"extra:{name}"] = _torch_read(path, name)
+            else:
+                logger.warning("%s has no %s; %r keeps its current state", folder, path.name, name)
+        return staged
+
+    def load(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
+             load_trainer_state: Callable[[str], Any] | None = None) -> dict[str, Any]:
+        """Restore ``contents`` from ``folder``: model weights (strict), optimizer, scheduler, extras, this rank's RNG.
+
+        ``load_optimizer=False`` restores weights, data state and RNG only. Every file is validated before
+        anything is applied; a problem raises :class:`CheckpointError` naming the file. Returns
+        ``{"data_state": dict | None, "trainer_state_path": str | None, "trainer_state": ... | None,
+        "loaded": [names restored]}``; ``trainer_state`` is ``load_trainer_state(path)`` when given.
+        """
+        folder = Path(folder)
+        staged = self._read_all(folder, contents, load_optimizer)
+        contents.model.load_state_dict(staged["model"], strict=True)
+        loaded = ["model"]
+        if "optimizer" in staged:
+            contents.optimizer.load_state_dict(staged["optimizer"])
+            loaded.append("optimizer")
+        if "scheduler" in staged:
+            contents.scheduler.load_state_dict(staged["scheduler"])
+            loaded.append("scheduler")
+        for name, obj in contents.extra.items():
+            if f"extra:{name}" in staged:
+                obj.load_state_dict(staged[f"extra:{name}"])
+                loaded.append(name)
+        if "rng" in staged:
+            from .rng import restore_rng_state
+
+            restore_rng_state(staged["rng"])
+            loaded.append("rng")
+        path = staged["trainer_state_path"]
+        trainer_state = load_trainer_state(path) if (load_trainer_state and path) else None
+        return {"data_state": staged["data_state"], "trainer_state_path": path,
+                "trainer_state": trainer_state, "loaded": loaded}
+
+    def load_latest_valid(self, contents: CheckpointContents, *, load_optimizer: bool = True,
+                          load_trainer_state: Callable[[str], Any] | None = None) -> tuple[Path, dict[str, Any]]:
+        """Load the newest complete checkpoint that passes validation, falling back to older ones.
+
+        Each damaged checkpoint is reported (``warnings.warn`` and ``logger.warning``). Raises ValueError when
+        ``output_dir`` has no complete checkpoint, CheckpointError when none of them loads.
+        """
+        found = layout.list_complete_checkpoints(self.output_dir)
+        if not found:
+            raise ValueError(f"no valid checkpoint found in {self.output_dir}")
+        failures: list[str] = []
+        candidates = list(reversed(found))
+        for i, folder in enumerate(candidates):
+            try:
+                result = self.load(folder, contents, load_optimizer=load_optimizer,
+                                   load_trainer_state=load_trainer_state)
+                return folder, result
+            except CheckpointError as err:
+                failures.append(f"{folder.name}: {err}")
+                if i + 1 < len(candidates):
+                    message = f"checkpoint {folder} is damaged ({err}); falling back to {candidates[i + 1]}"
+                    logger.warning(message)
+                    warnings.warn(message, stacklevel=2)
+        raise CheckpointError(f"no checkpoint in {self.output_dir} could be loaded:\n  " + "\n  ".join(failures))

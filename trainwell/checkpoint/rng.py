@@ -1,0 +1,118 @@
+"""Random-number-generator state of one process: python, numpy, torch CPU, every CUDA device, MPS.
+
+Saved per rank (``rng_state.pth`` for one process, ``rng_state_<rank>.pth`` otherwise) so that a resumed run
+draws the same dropout masks and shuffles as an uninterrupted one. The state holds only tuples, lists,
+ints, floats and tensors, so it is read back with ``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def rng_file_name(rank: int, world_size: int) -> str:
+    """``rng_state.pth`` for a single process, ``rng_state_<rank>.pth`` when ``world_size > 1``."""
+    return "rng_state.pth" if world_size <= 1 else f"rng_state_{rank}.pth"
+
+
+def _numpy_state() -> dict[str, Any]:
+    import numpy as np
+
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"kind": kind, "keys": [int(k) for k in keys], "pos": int(pos),
+            "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+
+
+def _set_numpy_state(state: dict[str, Any]) -> None:
+    import numpy as np
+
+    keys = np.asarray(state["keys"], dtype=np.uint32)
+    np.random.set_state((state["kind"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"]))
+
+
+def _mps_available() -> bool:
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available() and hasattr(torch, "mps"))
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The current generator states: keys ``python``, ``numpy``, ``cpu`` and, when present, ``cuda``, ``mps``."""
+    import torch
+
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": _numpy_state(),
+        "cpu": torch.random.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()  # one state per visible device
+    if _mps_available():
+        state["mps"] = torch.mps.get_rng_state()
+    return state
+
+
+def _restore_cuda(states: list) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        logger.warning("the checkpoint holds CUDA RNG states but CUDA is not available; they are not restored")
+        return
+    count = torch.cuda.device_count()
+    if len(states) != count:
+        warnings.warn(f"the checkpoint holds CUDA RNG states of {len(states)} devices but {count} are visible; "
+                      f"restoring the first {min(count, len(states))}", stacklevel=3)
+    for index, device_state in enumerate(states[:count]):
+        torch.cuda.set_rng_state(device_state, index)
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Set every generator present in ``state`` (from :func:`capture_rng_state`); absent parts are skipped."""
+    import torch
+
+    if "python" in state:
+        version, internal, gauss = state["python"]
+        random.setstate((version, tuple(internal), gauss))
+    if "numpy" in state:
+        _set_numpy_state(state["numpy"])
+    if "cpu" in state:
+        torch.random.set_rng_state(state["cpu"])
+    if state.get("cuda") is not None:
+        _restore_cuda(list(state["cuda"]))
+    if state.get("mps") is not None and _mps_available():
+        torch.mps.set_rng_state(state["mps"])
+
+
+def save_rng_file(path: str | os.PathLike) -> Path:
+    """Write :func:`capture_rng_state` to ``path`` atomically."""
+    import torch
+
+    from .layout import write_atomic
+
+    state = capture_rng_state()
+    return write_atomic(path, lambda tmp: torch.save(state, tmp))
+
+
+def read_rng_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Read an RNG state file (safe loading); raises CheckpointError when it is unreadable."""
+    import pickle
+
+    import torch
+
+    from .layout import CheckpointError
+
+    try:
+        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
+        raise CheckpointError(f"{path}: cannot read RNG state ({err}); the file is truncated or corrupt") from err
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a dict of RNG states, found {type(state).__name__}")
+    return state

@@ -1,0 +1,67 @@
+"""Building ``torch.utils.data.DataLoader`` objects with the options ``TrainingArguments`` exposes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["build_dataloader", "has_length"]
+
+
+def has_length(obj: Any) -> bool:
+    """True when ``len(obj)`` works (map-style datasets, samplers, loaders over them); False for iterables."""
+    try:
+        return len(obj) is not None
+    except (TypeError, NotImplementedError, AttributeError):
+        return False
+
+
+def _worker_options(num_workers: int, persistent_workers: bool, prefetch_factor: int | None) -> dict[str, Any]:
+    # DataLoader rejects prefetch_factor / persistent_workers when loading happens in the main process.
+    if num_workers <= 0:
+        return {}
+    options: dict[str, Any] = {"persistent_workers": persistent_workers}
+    if prefetch_factor is not None:
+        options["prefetch_factor"] = prefetch_factor
+    return options
+
+
+def build_dataloader(
+    dataset: Any,
+    *,
+    batch_size: int,
+    collate_fn: Callable[[list[Any]], Any] | None,
+    sampler: Any = None,
+    shuffle: bool = False,
+    drop_last: bool = False,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    worker_init_fn: Callable[[int], None] | None = None,
+    generator: Any = None,
+) -> Any:
+    """A ``DataLoader`` over ``dataset``.
+
+    ``prefetch_factor`` and ``persistent_workers`` are passed only when ``num_workers > 0``. An
+    ``IterableDataset`` gets neither sampler nor shuffling (it orders itself); passing a ``sampler`` with one is
+    an error. ``sampler`` and ``shuffle=True`` are mutually exclusive.
+    """
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be at least 1 (per_device_*_batch_size).")
+    if num_workers < 0:
+        raise ValueError(f"num_workers={num_workers} must be >= 0 (dataloader_num_workers).")
+    kwargs: dict[str, Any] = dict(
+        batch_size=batch_size, collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers,
+        pin_memory=pin_memory, worker_init_fn=worker_init_fn, generator=generator,
+    )
+    kwargs.update(_worker_options(num_workers, persistent_workers, prefetch_factor))
+    if isinstance(dataset, IterableDataset):
+        if sampler is not None:
+            raise ValueError("sampler was given for an IterableDataset, which orders itself: pass sampler=None.")
+        return DataLoader(dataset, **kwargs)
+    if sampler is not None and shuffle:
+        raise ValueError("sampler and shuffle=True are mutually exclusive: shuffle inside the sampler instead.")
+    return DataLoader(dataset, sampler=sampler, shuffle=shuffle, **kwargs)

@@ -1,0 +1,248 @@
+"""Resumable, seekable samplers: the data order is a pure function of ``(seed, epoch)``.
+
+A bit-exact resume needs the sampler to reproduce the interrupted epoch's order and to start part-way into it
+without reading the skipped examples. :class:`ResumableSampler` and :class:`LengthGroupedSampler` do both:
+
+* the order of epoch ``e`` depends only on ``seed`` and ``e`` (a fresh ``torch.Generator`` seeded with
+  ``seed + e``), never on the global RNG or on how many epochs ran in this process;
+* ``skip(k)`` makes the *next* iteration start ``k`` samples into this rank's order (a seek, no reads); the skip
+  is consumed by that iteration and resets to 0, so the following epoch is whole again;
+* ``state_dict()``/``load_state_dict()`` carry ``epoch``, ``seed`` and ``skip``.
+
+With ``num_replicas > 1`` the full order is padded (repeating from its start) or cut (``drop_last``) to a
+multiple of ``num_replicas`` and rank ``r`` takes ``order[r::num_replicas]``, exactly as
+``torch.utils.data.DistributedSampler`` does, so the ranks together cover every index.
+
+:func:`skip_first_batches` is the fallback for what cannot seek (iterable datasets, foreign samplers): it reads
+and discards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import torch
+from torch.utils.data import Sampler
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+__all__ = [
+    "ResumableSampler",
+    "LengthGroupedSampler",
+    "get_length_grouped_indices",
+    "infer_lengths",
+    "skip_first_batches",
+]
+
+
+def _check_replicas(num_replicas: int, rank: int) -> None:
+    if num_replicas < 1:
+        raise ValueError(f"num_replicas={num_replicas} must be at least 1 (the number of processes).")
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas}); pass this process's rank.")
+
+
+def per_rank_count(total: int, num_replicas: int, drop_last: bool) -> int:
+    """How many samples each rank gets from ``total`` (DistributedSampler's arithmetic)."""
+    if drop_last and total % num_replicas != 0:
+        return max(0, math.ceil((total - num_replicas) / num_replicas))
+    return math.ceil(total / num_replicas)
+
+
+def partition(indices: list[int], num_replicas: int, rank: int, drop_last: bool) -> list[int]:
+    """Pad (repeating from the start) or cut ``indices`` to a multiple of ``num_replicas``; keep rank's stride."""
+    if num_replicas == 1:
+        return indices
+    total_size = per_rank_count(len(indices), num_replicas, drop_last) * num_replicas
+    if total_size > len(indices):
+        padding = total_size - len(indices)
+        repeats = math.ceil(padding / len(indices))
+        indices = indices + (indices * repeats)[:padding]
+    else:
+        indices = indices[:total_size]
+    return indices[rank:total_size:num_replicas]
+
+
+class _SeekableSampler(Sampler[int]):
+    """Shared epoch/skip/state handling; subclasses implement :meth:`_full_order` for one epoch."""
+
+    def __init__(self, total: int, *, seed: int, num_replicas: int, rank: int, drop_last: bool) -> None:
+        _check_replicas(num_replicas, rank)
+        self.seed = int(seed)
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.drop_last = drop_last
+        self.epoch = 0
+        self._skip = 0
+        self._total = total
+
+    def _full_order(self) -> list[int]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(self.seed + self.epoch)
+
+    def rank_order(self) -> list[int]:
+        """This rank's whole order for the current epoch (ignores any pending skip)."""
+        return partition(self._full_order(), self.num_replicas, self.rank, self.drop_last)
+
+    def __iter__(self) -> Iterator[int]:
+        # The order is built and the skip consumed when the iterator is created (DataLoader does this once per
+        # epoch), not lazily on the first ``next``.
+        order = self.rank_order()
+        start, self._skip = self._skip, 0
+        return iter(order[start:])
+
+    def __len__(self) -> int:
+        """Samples this rank sees in a whole epoch; NOT reduced by a pending ``skip`` (see :attr:`remaining`)."""
+        return per_rank_count(self._total, self.num_replicas, self.drop_last)
+
+    @property
+    def remaining(self) -> int:
+        """Samples the next iteration will yield: ``len(self)`` minus the pending skip."""
+        return max(0, len(self) - self._skip)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration yields."""
+        self.epoch = int(epoch)
+
+    def skip(self, num_samples_to_skip: int) -> None:
+        """Start the next iteration ``num_samples_to_skip`` samples into this rank's order (seek, reads nothing).
+
+        For a resume at batch ``b`` of the epoch, skip ``b * per_device_batch_size`` samples.
+        """
+        if num_samples_to_skip < 0:
+            raise ValueError(f"num_samples_to_skip={num_samples_to_skip} must be >= 0.")
+        self._skip = int(num_samples_to_skip)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``epoch``, ``seed``, ``skip`` (and ``num_samples`` to detect a changed dataset on load)."""
+        return {"epoch": self.epoch, "seed": self.seed, "skip": self._skip, "num_samples": self._total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved; warns when the dataset size changed (the order will differ)."""
+        saved_total = state.get("num_samples")
+        if saved_total is not None and saved_total != self._total:
+            logger.warning(
+                "The sampler state was saved for %d samples but the dataset now has %d: the resumed data order "
+                "will not match the interrupted run.", saved_total, self._total,
+            )
+        self.epoch = int(state.get("epoch", self.epoch))
+        self.seed = int(state.get("seed", self.seed))
+        self.skip(int(state.get("skip", 0)))
+
+
+class ResumableSampler(_SeekableSampler):
+    """Random (or sequential) sampler whose epoch order is ``randperm(n, seed + epoch)``; seekable and resumable.
+
+    Args:
+        num_samples: size of the dataset.
+        shuffle: random order per epoch (default) or ``range(num_samples)``.
+        seed: base seed; epoch ``e`` uses ``seed + e``.
+        num_replicas, rank: split the order across processes like ``DistributedSampler``.
+        drop_last: cut (instead of pad) the order to a multiple of ``num_replicas``.
+    """
+
+    def __init__(self, num_samples: int, *, shuffle: bool = True, seed: int = 0, num_replicas: int = 1,
+                 rank: int = 0, drop_last: bool = False) -> None:
+        if not isinstance(num_samples, int) or num_samples < 0:
+            raise ValueError(f"num_samples={num_samples!r} must be a non-negative int (the dataset's length).")
+        super().__init__(num_samples, seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last)
+        self.num_samples = num_samples
+        self.shuffle = shuffle
+
+    def _full_order(self) -> list[int]:
+        if self.shuffle:
+            return torch.randperm(self.num_samples, generator=self._generator()).tolist()
+        return list(range(self.num_samples))
+
+
+def get_length_grouped_indices(lengths: Sequence[int], batch_size: int, mega_batch_mult: int | None = None,
+                               generator: torch.Generator | None = None) -> list[int]:
+    """Random order in which neighbours have similar lengths (upstream's algorithm).
+
+    The random permutation is cut into mega-batches of ``mega_batch_mult * batch_size`` (by default
+    ``min(len // (4 * batch_size), 50)``, at least 1); each is sorted by decreasing length, and the longest
+    element overall is moved to the very front so that an out-of-memory error shows up on the first batch.
+    """
+    if mega_batch_mult is None:
+        mega_batch_mult = max(1, min(len(lengths) // (batch_size * 4), 50))
+    indices = torch.randperm(len(lengths), generator=generator).tolist()
+    size = mega_batch_mult * batch_size
+    megabatches = [sorted(indices[i:i + size], key=lambda j: lengths[j], reverse=True)
+                   for i in range(0, len(indices), size)]
+    if not megabatches:
+        return []
+    longest = max(range(len(megabatches)), key=lambda m: lengths[megabatches[m][0]])
+    megabatches[0][0], megabatches[longest][0] = megabatches[longest][0], megabatches[0][0]
+    return [i for megabatch in megabatches for i in megabatch]
+
+
+class LengthGroupedSampler(_SeekableSampler):
+    """Sampler grouping examples of similar length (``group_by_length``), seekable and resumable.
+
+    Args:
+        lengths: the length of every example (for example ``len(example["input_ids"])``).
+        batch_size: the per-device batch size.
+        seed: base seed; epoch ``e`` uses ``seed + e``.
+        mega_batch_mult: mega-batch size in batches (default: see :func:`get_length_grouped_indices`).
+        num_replicas, rank, drop_last: split across processes like :class:`ResumableSampler`.
+    """
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, *, seed: int = 0,
+                 mega_batch_mult: int | None = None, num_replicas: int = 1, rank: int = 0,
+                 drop_last: bool = False) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1.")
+        if isinstance(lengths, torch.Tensor):
+            lengths = lengths.tolist()
+        self.lengths = [int(n) for n in lengths]
+        super().__init__(len(self.lengths), seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last)
+        self.batch_size = batch_size
+        self.mega_batch_mult = mega_batch_mult
+
+    def _full_order(self) -> list[int]:
+        return get_length_grouped_indices(self.lengths, self.batch_size, self.mega_batch_mult, self._generator())
+
+
+def infer_lengths(dataset: Any, model_input_name: str = "input_ids",
+                  length_column_name: str = "length") -> list[int]:
+    """Example lengths for :class:`LengthGroupedSampler`.
+
+    Reads the precomputed ``length_column_name`` column of a ``datasets.Dataset`` when it has one, else
+    ``len(example[model_input_name])`` for every example.
+    """
+    columns = getattr(dataset, "column_names", None)
+    if isinstance(columns, list) and length_column_name in columns:
+        return [int(n) for n in dataset[length_column_name]]
+    lengths = []
+    for i in range(len(dataset)):
+        example = dataset[i]
+        try:
+            lengths.append(len(example[model_input_name]))
+        except (KeyError, TypeError, IndexError) as err:
+            raise ValueError(
+                f"Can only infer lengths for datasets whose items are dictionaries with a {model_input_name!r} "
+                f"key (item {i} is not): add a {length_column_name!r} column or set model_input_name."
+            ) from err
+    return lengths
+
+
+def skip_first_batches(iterable: Iterable[T], num_batches: int) -> Iterator[T]:
+    """Yield ``iterable``'s items after reading and discarding the first ``num_batches``.
+
+    The fallback for what cannot seek (an ``IterableDataset``'s loader, a user's sampler): it costs the time of
+    loading the skipped batches. Prefer ``sampler.skip(...)`` with the samplers of this module.
+    """
+    if num_batches < 0:
+        raise ValueError(f"num_batches={num_batches} must be >= 0.")
+    iterator = iter(iterable)
+    for _ in itertools.islice(iterator, num_batches):
+        pass
+    yield from iterator

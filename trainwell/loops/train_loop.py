@@ -1,0 +1,181 @@
+"""The training loop: epochs, micro-batches, gradient accumulation and optimizer steps.
+
+The loop is written against the Trainer's public (overridable) methods (``training_step``, ``_maybe_log_save_evaluate``,
+...) and the backend interface; it never asks which backend it runs on. One optimizer step is, in order:
+
+    on_step_begin -> [training_step (forward+backward) -> on_substep_end]* -> clip -> on_pre_optimizer_step
+    -> optimizer step -> on_optimizer_step -> scheduler step -> zero_grad -> on_step_end -> log / evaluate / save
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+import torch
+
+from ..data.loader import has_length
+from ..trainer_utils import TrainOutput
+
+
+@dataclass
+class TrainPlan:
+    """How long training runs, computed from the data and the arguments."""
+
+    micro_batches_per_epoch: int | None  # None for a dataset without a length
+    updates_per_epoch: int | None
+    max_steps: int
+    num_epochs: int
+    num_examples: int | None
+    total_train_batch_size: int
+
+
+@dataclass
+class DataPosition:
+    """Where the data stream stands: the epoch and how many of its micro-batches were consumed.
+
+    Saved in every checkpoint together with the loss accumulators, so a resumed run logs exactly what an uninterrupted
+    run logs.
+    """
+
+    epoch: int = 0
+    batches_in_epoch: int = 0
+    tr_loss: float = 0.0  # loss summed since the last log
+    total_loss: float = 0.0  # loss summed over the logged windows (for train_loss)
+    last_logged_step: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DataPosition":
+        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def plan_training(args: Any, dataloader: Any, world_size: int) -> TrainPlan:
+    """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``."""
+    ga = args.gradient_accumulation_steps
+    total_batch = args.train_batch_size * ga * world_size
+    if has_length(dataloader):
+        micro = len(dataloader)
+        updates = max(math.ceil(micro / ga), 1)
+        if args.max_steps > 0:
+            max_steps = args.max_steps
+            epochs = math.ceil(max_steps / updates)
+        else:
+            max_steps = math.ceil(args.num_train_epochs * updates)
+            epochs = math.ceil(args.num_train_epochs)
+        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * args.train_batch_size
+        return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
+    if args.max_steps <= 0:
+        raise ValueError(
+            "The training dataset has no length (an IterableDataset), so num_train_epochs cannot be turned into a "
+            "number of steps: set max_steps=N in TrainingArguments"
+        )
+    return TrainPlan(None, None, args.max_steps, sys.maxsize, args.max_steps * total_batch, total_batch)
+
+
+def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
+    """Yield the micro-batches of each optimizer step (the last group of an epoch may be shorter)."""
+    while True:
+        group = []
+        for batch in iterator:
+            group.append(batch)
+            if len(group) == ga:
+                break
+        if not group:
+            return
+        yield group
+
+
+def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
+    """The epoch's batches, starting ``skip_batches`` in: by seeking the sampler when it can, else by discarding."""
+    sampler = getattr(dataloader, "sampler", None)
+    batch_sampler = getattr(dataloader, "batch_sampler", None)
+    inner = getattr(batch_sampler, "sampler", None)
+    for obj in (sampler, inner, getattr(dataloader, "dataset", None)):
+        if obj is not None and hasattr(obj, "set_epoch"):
+            obj.set_epoch(epoch)
+    if skip_batches <= 0:
+        return iter(dataloader)
+    seekable = inner if inner is not None and hasattr(inner, "skip") else None
+    if seekable is not None and batch_sampler is not None:
+        seekable.skip(skip_batches * batch_sampler.batch_size)
+        return iter(dataloader)
+    from ..data.samplers import skip_first_batches
+
+    return iter(skip_first_batches(iter(dataloader), skip_batches))
+
+
+def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
+                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
+    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+    args = trainer.args
+    dataloader = trainer.get_train_dataloader()
+    plan = plan_training(args, dataloader, args.world_size)
+    trainer._init_state(plan)
+    model = trainer._prepare_for_training(plan.max_steps)
+    position = trainer._resume(resume_from) if resume_from is not None else DataPosition()
+    state, cb, backend = trainer.state, trainer.callback_handler, trainer.backend
+    cb.train_dataloader = dataloader
+    ga = args.gradient_accumulation_steps
+    max_grad_norm = args.max_grad_norm
+    scheduler_steps_per_update = not trainer._scheduler_needs_metrics()
+    tr_loss = torch.tensor(position.tr_loss, device=args.device)
+    trainer._total_loss_scalar = position.total_loss
+    trainer._globalstep_last_logged = position.last_logged_step
+    trainer._position = position
+    count_items = trainer._needs_num_items_in_batch()
+    start_time = time.time()
+    trainer.control = cb.on_train_begin(args, state, trainer.control)
+    grad_norm = None
+    skip = 0 if args.ignore_data_skip else position.batches_in_epoch
+    for epoch in range(position.epoch, plan.num_epochs):
+        position.epoch, position.batches_in_epoch = epoch, skip
+        iterator = _epoch_iterator(trainer, dataloader, epoch, skip)
+        skip = 0
+        model.train()
+        trainer.control = cb.on_epoch_begin(args, state, trainer.control)
+        for group in _accumulation_groups(iterator, ga):
+            trainer.control = cb.on_step_begin(args, state, trainer.control)
+            num_items = trainer._count_items(group) if count_items else None
+            last = len(group) - 1
+            for i, inputs in enumerate(group):
+                with backend.no_sync(i == last):
+                    tr_loss += trainer.training_step(model, inputs, num_items)
+                trainer.current_flos += float(trainer.floating_point_ops(inputs))
+                if i != last:
+                    trainer.control = cb.on_substep_end(args, state, trainer.control)
+            position.batches_in_epoch += len(group)
+            if max_grad_norm is not None and max_grad_norm > 0 and not backend.caps.handles_grad_accumulation:
+                grad_norm = backend.clip_grad_norm(max_grad_norm)
+            trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
+            stepped = backend.optimizer_step()
+            trainer.control = cb.on_optimizer_step(args, state, trainer.control)
+            if stepped and scheduler_steps_per_update:
+                trainer.lr_scheduler.step()
+            elif not stepped:
+                trainer._skipped_steps += 1
+            backend.zero_grad()
+            state.global_step += 1
+            state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
+                                   if plan.micro_batches_per_epoch else 0.0)
+            trainer.control = cb.on_step_end(args, state, trainer.control)
+            trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
+                                             start_time)
+            if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
+                break
+        if plan.micro_batches_per_epoch is None:
+            state.epoch = float(epoch + 1)
+        # From here on a checkpoint belongs to the next epoch (an epoch-strategy save resumes at its start).
+        position.epoch, position.batches_in_epoch = epoch + 1, 0
+        trainer.control = cb.on_epoch_end(args, state, trainer.control)
+        trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
+        if trainer.control.should_training_stop or state.global_step >= plan.max_steps:
+            break
+    return trainer._finish_training(tr_loss, plan, start_time)

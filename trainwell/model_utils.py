@@ -1,0 +1,82 @@
+"""Model helpers: signatures, parameter counts, gradient checkpointing for plain modules, compilation, unwrapping."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The user's module inside DataParallel / DDP / torch.compile wrappers."""
+    while True:
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        else:
+            return model
+
+
+def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
+    """The parameters of ``unwrap_model(model).forward``."""
+    return dict(inspect.signature(unwrap_model(model).forward).parameters)
+
+
+def accepts_loss_kwargs(model: nn.Module) -> bool:
+    """True when the model's forward takes ``num_items_in_batch`` (or declares ``accepts_loss_kwargs``)."""
+    inner = unwrap_model(model)
+    declared = getattr(inner, "accepts_loss_kwargs", None)
+    if declared is not None:
+        return bool(declared)
+    return "num_items_in_batch" in forward_parameters(inner)
+
+
+def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
+    """Number of (trainable) parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def _checkpointed_forward(forward: Any, kwargs: dict[str, Any], module: nn.Module, *args: Any, **fkwargs: Any) -> Any:
+    if module.training and torch.is_grad_enabled():
+        return checkpoint(forward, *args, **kwargs, **fkwargs)
+    return forward(*args, **fkwargs)
+
+
+def enable_gradient_checkpointing(model: nn.Module, kwargs: dict[str, Any] | None = None) -> int:
+    """Turn on activation checkpointing; returns the number of wrapped blocks (0 when the model does it itself).
+
+    A model with ``gradient_checkpointing_enable`` (transformers) is asked to do it; for a plain module every block
+    of every ``nn.ModuleList`` (the usual stack of layers) recomputes its activations in backward.
+    """
+    kwargs = dict(kwargs or {})
+    if hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+        return 0
+    kwargs.setdefault("use_reentrant", False)
+    wrapped = 0
+    for module in model.modules():
+        if isinstance(module, nn.ModuleList):
+            for block in module:
+                if not getattr(block, "_trainwell_checkpointed", False):
+                    block.forward = functools.partial(_checkpointed_forward, block.forward, kwargs, block)
+                    block._trainwell_checkpointed = True
+                    wrapped += 1
+    if wrapped == 0:
+        raise ValueError(
+            f"gradient_checkpointing=True, but {type(model).__name__} has neither gradient_checkpointing_enable() "
+            "nor an nn.ModuleList of blocks to checkpoint; remove the flag or wrap your layers in an nn.ModuleList"
+        )
+    return wrapped
+
+
+def compile_model(model: nn.Module, args: Any) -> nn.Module:
+    """``torch.compile`` with the ``torch_compile_backend`` / ``torch_compile_mode`` arguments."""
+    kwargs: dict[str, Any] = {"backend": getattr(args, "torch_compile_backend", None) or "inductor"}
+    if getattr(args, "torch_compile_mode", None):
+        kwargs["mode"] = args.torch_compile_mode
+    return torch.compile(model, **kwargs)

@@ -1,0 +1,576 @@
+"""The Trainer facade: the upstream public, overridable methods, composing the loops, backends and checkpoints."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from . import reporting
+from .args import TrainingArguments
+from .backends import build_backend
+from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
+from .callbacks.integrations import get_reporting_integration_callbacks
+from .trainer_checkpoints import TrainerCheckpointing
+from .data.collators import DataCollatorWithPadding, default_data_collator
+from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
+from .data.loader import build_dataloader, has_length
+from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+from .events import CallbackHandler
+from .loops.eval_loop import EvaluationMixin
+from .loops.train_loop import DataPosition, TrainPlan, run_training
+from .losses import LabelSmoother, extract_loss
+from .memory import TrainerMemoryTracker
+from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
+                          forward_parameters, unwrap_model)
+from .optim import create_optimizer as build_optimizer
+from .optim import get_decay_parameter_names
+from .schedules import get_scheduler
+from .state import TrainerControl, TrainerState
+from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
+
+logger = logging.getLogger("trainwell.trainer")
+
+DEFAULT_CALLBACKS = [DefaultFlowCallback]
+
+
+class Trainer(EvaluationMixin, TrainerCheckpointing):
+    """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
+
+    The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
+    ``compute_loss``, ``training_step``, ``create_optimizer``, ``get_train_dataloader``... exactly as there.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        args: TrainingArguments | None = None,
+        data_collator: Callable[[list[Any]], Any] | None = None,
+        train_dataset: Dataset | None = None,
+        eval_dataset: Dataset | dict[str, Dataset] | None = None,
+        processing_class: Any = None,
+        model_init: Callable[..., nn.Module] | None = None,
+        compute_loss_func: Callable[..., torch.Tensor] | None = None,
+        compute_metrics: Callable[[Any], dict[str, float]] | None = None,
+        callbacks: list[TrainerCallback | type] | None = None,
+        optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
+        optimizer_cls_and_kwargs: tuple[type, dict[str, Any]] | None = None,
+        preprocess_logits_for_metrics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        tokenizer: Any = None,
+    ) -> None:
+        if args is None:
+            logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
+            args = TrainingArguments(output_dir="tmp_trainer")
+        self.args = args
+        if tokenizer is not None:
+            warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
+            processing_class = processing_class if processing_class is not None else tokenizer
+        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
+        self._memory_tracker.start()
+        enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
+        self.model_init = model_init
+        if model is None:
+            if model_init is None:
+                raise ValueError("Trainer needs either a `model` or a `model_init` function")
+            model = self.call_model_init()
+        elif model_init is not None:
+            warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
+                          "train() call and overrides `model`", UserWarning, stacklevel=2)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+        self.processing_class = processing_class
+        if data_collator is None:
+            data_collator = (DataCollatorWithPadding(processing_class) if hasattr(processing_class, "pad")
+                             or hasattr(processing_class, "pad_token_id") else default_data_collator)
+        self.data_collator = data_collator
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.optimizer, self.lr_scheduler = optimizers
+        self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
+            raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
+        self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
+                                      getattr(model, "model_parallel", False))
+        self.place_model_on_device = args.place_model_on_device and not self.is_model_parallel
+        self.backend = build_backend(args)
+        self.model = model
+        self.model_wrapped = model
+        if self.place_model_on_device:
+            self.model = model.to(args.device)
+            self.model_wrapped = self.model
+        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        params = forward_parameters(self.model)
+        self.label_names = list(args.label_names) if args.label_names else ["labels"]
+        self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
+        self.model_accepts_loss_kwargs = accepts_loss_kwargs(self.model)
+        self._signature_columns: list[str] | None = None
+        self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
+                                  is_world_process_zero=self.is_world_process_zero())
+        self.control = TrainerControl()
+        default = DEFAULT_CALLBACKS + get_reporting_integration_callbacks(args.report_to)
+        default.append(PrinterCallback if args.disable_tqdm else ProgressCallback)
+        self.callback_handler = CallbackHandler(default + list(callbacks or []), self.model, processing_class,
+                                                self.optimizer, self.lr_scheduler)
+        self.is_in_train = False
+        self.current_flos = 0.0
+        self._skipped_steps = 0
+        self._past: Any = None
+        self._num_params: int | None = None
+        self._init_checkpointing()
+        self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+        self._memory_tracker.stop_and_update_metrics()
+
+    # ------------------------------------------------------------------------------------------------ callbacks
+    def add_callback(self, callback: TrainerCallback | type) -> None:
+        """Add a callback (an instance, or a class to instantiate) to the current list."""
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback: TrainerCallback | type) -> TrainerCallback | None:
+        """Remove a callback (instance or class) and return it."""
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback: TrainerCallback | type) -> None:
+        """Remove a callback (instance or class)."""
+        self.callback_handler.remove_callback(callback)
+
+    # ---------------------------------------------------------------------------------------------------- data
+    def _set_signature_columns_if_needed(self) -> list[str]:
+        if self._signature_columns is None:
+            self._signature_columns = signature_columns(self.model, self.label_names)
+        return self._signature_columns
+
+    def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
+        """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
+        if dataset is None:
+            raise ValueError(f"Trainer: this call requires a {description} dataset "
+                             f"(pass `{description}_dataset=` to the Trainer or to the method)")
+        if has_length(dataset) and len(dataset) == 0:
+            raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
+        collator = self.data_collator
+        if self.args.remove_unused_columns:
+            columns = self._set_signature_columns_if_needed()
+            if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
+                dataset = remove_unused_columns_from_dataset(dataset, columns, description=description)
+            else:
+                collator = RemoveColumnsCollator(collator, columns, logger=logger,
+                                                 model_name=type(unwrap_model(self.model)).__name__,
+                                                 description=description)
+        sampler = None
+        if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
+            sampler = self._get_train_sampler(dataset) if train else self._get_eval_sampler(dataset)
+        generator = torch.Generator()
+        generator.manual_seed(self.args.seed)
+        return build_dataloader(
+            dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
+            drop_last=self.args.dataloader_drop_last, num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=seed_worker, generator=generator)
+
+    def _get_train_sampler(self, dataset: Any) -> Any:
+        """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
+        if self.args.group_by_length:
+            lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
+            return LengthGroupedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                        **common)
+        return ResumableSampler(len(dataset), shuffle=True, drop_last=self.args.dataloader_drop_last, **common)
+
+    def _get_eval_sampler(self, dataset: Any) -> Any:
+        """Sequential order (each rank a contiguous share of every global batch when distributed)."""
+        if self.args.world_size <= 1:
+            return torch.utils.data.SequentialSampler(dataset)
+        from .data.samplers import EvalShardSampler
+
+        return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
+                                num_replicas=self.args.world_size, rank=self.args.process_index)
+
+    def get_train_dataloader(self) -> Any:
+        """The training DataLoader (override to customise)."""
+        return self._build_dataloader(self.train_dataset, batch_size=self.args.train_batch_size, train=True,
+                                      description="train")
+
+    # ------------------------------------------------------------------------------------- optimizer, scheduler
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
+        return get_decay_parameter_names(model)
+
+    def create_optimizer(self) -> torch.optim.Optimizer:
+        """Build the optimizer from ``args.optim`` (or ``optimizer_cls_and_kwargs``) unless one was passed."""
+        if self.optimizer is None:
+            model = unwrap_model(self.model)
+            if self.optimizer_cls_and_kwargs is not None:
+                from .optim import build_param_groups
+
+                cls, kwargs = self.optimizer_cls_and_kwargs
+                self.optimizer = cls(build_param_groups(model, self.args.weight_decay), **kwargs)
+            else:
+                self.optimizer = build_optimizer(model, self.args)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
+        if self.lr_scheduler is None:
+            kwargs = dict(self.args.lr_scheduler_kwargs or {})
+            self.lr_scheduler = get_scheduler(
+                self.args.lr_scheduler_type, optimizer=optimizer or self.optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                num_training_steps=num_training_steps, scheduler_specific_kwargs=kwargs)
+        return self.lr_scheduler
+
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
+        """``create_optimizer`` then ``create_scheduler``."""
+        self.create_optimizer()
+        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+
+    def _scheduler_needs_metrics(self) -> bool:
+        return isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    # ------------------------------------------------------------------------------------------- the step
+    def _prepare_input(self, data: Any) -> Any:
+        if isinstance(data, torch.Tensor):
+            return data.to(self.args.device, non_blocking=True)
+        if isinstance(data, Mapping):
+            return type(data)({k: self._prepare_input(v) for k, v in data.items()})
+        if isinstance(data, (tuple, list)):
+            return type(data)(self._prepare_input(v) for v in data)
+        return data
+
+    def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
+        if not isinstance(inputs, Mapping):
+            raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
+                            "that returns a mapping, e.g. default_data_collator")
+        inputs = self._prepare_input(inputs)
+        if self.args.past_index >= 0 and self._past is not None:
+            inputs["mems"] = self._past
+        return inputs
+
+    def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
+        """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
+        return self.backend.autocast()
+
+    def autocast_smart_context_manager(self, cache_enabled: bool | None = True) -> AbstractContextManager[Any]:
+        """Alias of :meth:`compute_loss_context_manager` kept for upstream compatibility."""
+        return self.backend.autocast()
+
+    def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | int | None = None) -> Any:
+        """Forward ``inputs`` through ``model`` and return the loss (and the outputs when ``return_outputs``)."""
+        labels = None
+        if (self.label_smoother is not None or self.compute_loss_func is not None) and "labels" in inputs:
+            labels = inputs.pop("labels")
+        if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+            inputs = {**inputs, "num_items_in_batch": num_items_in_batch}
+        outputs = model(**inputs)
+        if self.args.past_index >= 0:
+            self._past = outputs[self.args.past_index]
+        if labels is not None and self.compute_loss_func is not None:
+            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        elif labels is not None:
+            loss = self.label_smoother(outputs, labels)
+        else:
+            loss = extract_loss(outputs, inputs, self.label_names)
+        return (loss, outputs) if return_outputs else loss
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+        """Forward and backward on one micro-batch; returns the detached loss (already divided for accumulation)."""
+        inputs = self._prepare_inputs(inputs)
+        with self.compute_loss_context_manager():
+            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+        if self.args.n_gpu > 1:
+            loss = loss.mean()
+        if num_items_in_batch is None or not (self.model_accepts_loss_kwargs or self.compute_loss_func):
+            loss = loss / self.args.gradient_accumulation_steps
+        self.backend.backward(loss)
+        return loss.detach()
+
+    def _needs_num_items_in_batch(self) -> bool:
+        return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
+
+    def _count_items(self, group: list[Any]) -> torch.Tensor | None:
+        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly."""
+        counts = [b["labels"].ne(-100).sum() for b in group
+                  if isinstance(b, Mapping) and isinstance(b.get("labels"), torch.Tensor)]
+        if not counts:
+            return None
+        total = torch.stack(counts).sum() if len(counts) > 1 else counts[0]
+        return total.to(self.args.device)
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
+        model = unwrap_model(self.model)
+        if hasattr(model, "floating_point_ops"):
+            return model.floating_point_ops(inputs)
+        if self._num_params is None:
+            self._num_params = count_parameters(model)
+        main = inputs.get("input_ids") if isinstance(inputs, Mapping) else None
+        if main is None and isinstance(inputs, Mapping):
+            main = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
+        if main is None:
+            return 0
+        items = main.numel() if not main.is_floating_point() else (main.shape[0] if main.dim() else 1)
+        return 6 * self._num_params * items
+
+    def num_examples(self, dataloader: Any) -> int:
+        """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
+        try:
+            return len(dataloader.dataset)
+        except (TypeError, AttributeError):
+            return len(dataloader) * self.args.per_device_train_batch_size
+
+    def num_tokens(self, train_dl: Any, max_steps: int | None = None) -> int:
+        """Tokens (``input_ids`` elements) in the training data, for ``include_tokens_per_second``."""
+        total = 0
+        for step, batch in enumerate(train_dl):
+            total += batch["input_ids"].numel() if "input_ids" in batch else 0
+            if max_steps is not None and step + 1 >= max_steps * self.args.gradient_accumulation_steps:
+                break
+        return total
+
+    # -------------------------------------------------------------------------------------------- training
+    def call_model_init(self, trial: Any = None) -> nn.Module:
+        """Call ``model_init`` (with the trial when it takes one)."""
+        takes_trial = len(inspect.signature(self.model_init).parameters) >= 1
+        model = self.model_init(trial) if takes_trial else self.model_init()
+        if model is None:
+            raise RuntimeError("model_init should not return None; it must build and return the nn.Module")
+        return model
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> TrainOutput:
+        """Run training; ``resume_from_checkpoint=True`` continues from the newest complete checkpoint."""
+        if "model_path" in kwargs:
+            warnings.warn("`model_path` is deprecated, use `resume_from_checkpoint`", FutureWarning, stacklevel=2)
+            resume_from_checkpoint = kwargs.pop("model_path")
+        if kwargs:
+            raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
+        self._memory_tracker.start()
+        self.is_in_train = True
+        if self.model_init is not None:
+            enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
+            self.model = self.call_model_init(trial)
+            self.model_wrapped = self.model
+            self.optimizer, self.lr_scheduler = None, None
+        resume_from = self._resolve_resume(resume_from_checkpoint)
+        try:
+            return run_training(self, resume_from=resume_from, trial=trial,
+                                ignore_keys_for_eval=ignore_keys_for_eval)
+        finally:
+            self.is_in_train = False
+
+    def _init_state(self, plan: TrainPlan) -> None:
+        """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
+        self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
+                                  is_world_process_zero=self.is_world_process_zero(),
+                                  stateful_callbacks=getattr(self.state, "stateful_callbacks", None) or {})
+        self.state.compute_steps(self.args, plan.max_steps)
+        self.state.max_steps = plan.max_steps
+        self.state.num_train_epochs = plan.num_epochs
+        self.state.train_batch_size = self.args.train_batch_size
+        self.state.epoch = 0.0
+        self.control = TrainerControl()
+        self.current_flos = 0.0
+        self._plan = plan
+
+    def _prepare_for_training(self, max_steps: int) -> nn.Module:
+        """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
+        if self.args.gradient_checkpointing:
+            enable_gradient_checkpointing(unwrap_model(self.model), self.args.gradient_checkpointing_kwargs)
+        wrapped = self.backend.prepare_model(self.model, training=True)
+        if self.args.torch_compile:
+            wrapped = compile_model(wrapped, self.args)
+        self.model = self.backend.model
+        self.model_wrapped = wrapped
+        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
+        self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
+        self.callback_handler.model = self.model
+        self.callback_handler.optimizer = self.optimizer
+        self.callback_handler.lr_scheduler = self.lr_scheduler
+        return wrapped
+
+    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
+                                 model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
+                                 start_time: float | None = None) -> None:
+        """Log, evaluate and save as ``self.control`` asks (in that order)."""
+        if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
+            self._log_training_window(tr_loss, grad_norm)
+        metrics = None
+        if self.control.should_evaluate:
+            metrics = self._evaluate(trial, ignore_keys_for_eval)
+            model.train()
+            if self.args.save_strategy == SaveStrategy.BEST and self._is_new_best(metrics):
+                self.control.should_save = True
+        if self.control.should_save:
+            self._save_checkpoint(model, trial, tr_loss=tr_loss)
+            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+    def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
+        steps = self.state.global_step - self._globalstep_last_logged
+        window = tr_loss.item()
+        tr_loss.zero_()
+        if not math.isfinite(window):
+            self._check_diverged(window, steps)
+        logs: dict[str, float] = {"loss": window / steps}
+        if grad_norm is not None:
+            logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
+        logs["learning_rate"] = self._get_learning_rate()
+        self._total_loss_scalar += window
+        self._globalstep_last_logged = self.state.global_step
+        self.store_flos()
+        self.log(logs)
+
+    def _check_diverged(self, window: float, steps: int) -> None:
+        """A non-finite loss: warn when the weights are still finite (fp16 overflow, skipped), else stop clearly."""
+        finite = all(torch.isfinite(p).all() for p in self.model.parameters())
+        if finite:
+            logger.warning("The training loss was %s in some of the last %d steps (the weights are still finite; "
+                           "with fp16 these steps were skipped by the loss scaler).", window, steps)
+            return
+        last = getattr(self, "_last_checkpoint", None)
+        raise FloatingPointError(
+            f"Training diverged: the loss is {window} at step {self.state.global_step} and the model weights contain "
+            f"NaN/inf. Lower learning_rate, set max_grad_norm (clipping), check the inputs/labels for NaN, or use "
+            f"bf16 instead of fp16. Nothing was saved at this step; the last checkpoint is {last or 'none'}."
+        )
+
+    def _get_learning_rate(self) -> float:
+        if self._scheduler_needs_metrics() or self.lr_scheduler is None:
+            return float(self.optimizer.param_groups[0]["lr"])
+        return float(self.lr_scheduler.get_last_lr()[0])
+
+    def _evaluate(self, trial: Any, ignore_keys: list[str] | None) -> dict[str, float]:
+        metrics = self.evaluate(ignore_keys=ignore_keys)
+        if self._scheduler_needs_metrics():
+            key = self.args.metric_for_best_model or "loss"
+            key = key if key.startswith("eval_") else f"eval_{key}"
+            self.lr_scheduler.step(metrics[key])
+        return metrics
+
+    def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
+        """Record ``best_metric`` / ``best_global_step``; True when ``metrics`` improve on the best so far."""
+        name = self.args.metric_for_best_model
+        if not metrics or not name:
+            return False
+        key = name if name.startswith("eval_") else f"eval_{name}"
+        if key not in metrics:
+            raise KeyError(f"metric_for_best_model={name!r} is not among the evaluation metrics {sorted(metrics)}; "
+                           "set metric_for_best_model to one of them (without or with the 'eval_' prefix)")
+        value = metrics[key]
+        better = (lambda a, b: a > b) if self.args.greater_is_better else (lambda a, b: a < b)
+        if self.state.best_metric is None or better(value, self.state.best_metric):
+            self.state.best_metric = value
+            self.state.best_global_step = self.state.global_step
+            return True
+        return False
+
+    def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
+        """Final metrics, best-model reload, rotation, on_train_end."""
+        self._total_loss_scalar += tr_loss.item()
+        steps = max(self.state.global_step, 1)
+        train_loss = self._total_loss_scalar / steps
+        if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
+            self._load_best_model()
+        if plan.micro_batches_per_epoch:
+            num_samples = (plan.max_steps * plan.total_train_batch_size if self.args.max_steps > 0
+                           else plan.num_examples * self.args.num_train_epochs)
+        else:
+            num_samples = plan.max_steps * plan.total_train_batch_size
+        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps)
+        self.store_flos()
+        metrics["total_flos"] = self.state.total_flos
+        metrics["train_loss"] = train_loss
+        metrics["epoch"] = self.state.epoch
+        self.is_in_train = False
+        self._memory_tracker.stop_and_update_metrics(metrics)
+        self.log(metrics)
+        self._rotate_checkpoints_at_end()
+        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
+        return TrainOutput(self.state.global_step, train_loss, metrics)
+
+    def store_flos(self) -> None:
+        """Add the FLOPs counted since the last call to ``state.total_flos``."""
+        self.state.total_flos += self.current_flos
+        self.current_flos = 0.0
+
+    # ------------------------------------------------------------------------------------------- logging
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Record ``logs`` in ``state.log_history`` (with epoch and step) and send them to the callbacks."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
+        if self.args.include_num_input_tokens_seen:
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
+
+    def is_local_process_zero(self) -> bool:
+        """True on the first process of each node."""
+        return self.args.local_process_index == 0
+
+    def is_world_process_zero(self) -> bool:
+        """True on the first process of the whole job."""
+        return self.args.process_index == 0
+
+    def metrics_format(self, metrics: dict[str, float]) -> dict[str, Any]:
+        """Metrics formatted for humans (runtimes as h:mm:ss, memory in MB, flos in GF)."""
+        return reporting.metrics_format(metrics)
+
+    def log_metrics(self, split: str, metrics: dict[str, float]) -> None:
+        """Print ``metrics`` of ``split`` as an aligned table (main process only)."""
+        if self.is_world_process_zero():
+            print(reporting.format_metrics_table(split, metrics))
+
+    def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
+        """Write ``{split}_results.json`` (and merge into ``all_results.json``) in ``output_dir``."""
+        if self.is_world_process_zero():
+            reporting.save_metrics_json(self.args.output_dir, split, metrics, combined=combined)
+
+    def save_state(self) -> None:
+        """Write ``trainer_state.json`` in ``output_dir``."""
+        if self.is_world_process_zero():
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            self.state.save_to_json(Path(self.args.output_dir) / "trainer_state.json")
+
+    # ------------------------------------------------------------------------------------------- evaluation glue
+    def _model_for_eval(self) -> nn.Module:
+        """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
+        model = self.model
+        if not self.is_in_train:
+            if self.args.fp16_full_eval:
+                model = model.to(dtype=torch.float16, device=self.args.device)
+            elif self.args.bf16_full_eval:
+                model = model.to(dtype=torch.bfloat16, device=self.args.device)
+            elif self.place_model_on_device:
+                model = model.to(self.args.device)
+        return model
+
+    def hyperparameter_search(self, *args: Any, **kwargs: Any) -> Any:
+        """Not available yet in trainwell."""
+        raise NotImplementedError("hyperparameter_search is not implemented in trainwell yet; run your own "
+                                  "Optuna study that builds a Trainer per trial")
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
+        """Not supported: trainwell saves locally only."""
+        raise NotImplementedError("push_to_hub is not supported by trainwell; use save_model(dir) and upload the "
+                                  "folder with huggingface_hub yourself")
+
+    def _resume(self, folder: Path) -> DataPosition:
+        """Restore everything saved in ``folder``; returns where the data stream stood."""
+        return self._load_training_checkpoint(folder)

@@ -1,0 +1,166 @@
+"""The Trainer's checkpoint glue: what goes into ``checkpoint-<step>``, resume, best model, ``save_model``.
+
+A mixin of :class:`trainwell.trainer.Trainer` (kept apart so the facade stays small); the file work itself
+(atomic folders, validation, rotation, RNG) is :mod:`trainwell.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete
+from .checkpoint.manager import CheckpointContents, CheckpointManager
+from .checkpoint.weights import load_model_weights, save_model_weights
+from .loops.train_loop import DataPosition
+from .model_utils import unwrap_model
+from .state import TrainerState
+
+logger = logging.getLogger("trainwell.trainer")
+
+
+class TrainerCheckpointing:
+    """Checkpoint methods of the Trainer (expects the Trainer's attributes: args, state, backend, model...)."""
+
+    def _init_checkpointing(self) -> None:
+        args = self.args
+        self._checkpoints = CheckpointManager(args.output_dir, save_total_limit=args.save_total_limit,
+                                              rank=args.process_index, world_size=args.world_size,
+                                              should_save=args.should_save)
+        self._last_checkpoint: Path | None = None
+        self._resume_with_fallback = False
+
+    def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
+        """Everything resumable, as the checkpoint package expects it."""
+        data_state = None
+        if tr_loss is not None:
+            position: DataPosition = self._position
+            position.tr_loss = float(tr_loss.item())
+            position.total_loss = self._total_loss_scalar
+            position.last_logged_step = self._globalstep_last_logged
+            data_state = {**position.to_dict(), "global_step": self.state.global_step}
+        sharded = self.backend.caps.sharded_state
+        return CheckpointContents(
+            model=unwrap_model(self.model), optimizer=self.optimizer, scheduler=self.lr_scheduler,
+            extra=dict(self.backend.state_dicts()), trainer_state=self.state, args=self.args,
+            data_state=data_state, processing_class=self.processing_class,
+            save_only_model=self.args.save_only_model, safe_serialization=self.args.save_safetensors,
+            model_state_dict=self.backend.full_state_dict() if sharded else None)
+
+    def _resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
+        """The checkpoint folder to resume from (None to start fresh); removes half-written checkpoints first."""
+        if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
+            resume_from_checkpoint = self.args.resume_from_checkpoint
+        if self.args.should_save:
+            removed = cleanup_incomplete(self.args.output_dir)
+            if removed:
+                logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
+                               [str(p) for p in removed])
+        self._resume_with_fallback = resume_from_checkpoint is True
+        return self._checkpoints.resolve_resume(resume_from_checkpoint)
+
+    def _load_training_checkpoint(self, folder: Path) -> DataPosition:
+        """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
+        contents = self._contents()
+        if self._resume_with_fallback:
+            folder, result = self._checkpoints.load_latest_valid(contents,
+                                                                 load_trainer_state=TrainerState.load_from_json)
+        else:
+            result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
+        self.backend.load(folder)
+        logger.info("Resuming training from %s", folder)
+        self._adopt_state(result["trainer_state"])
+        data_state = result["data_state"]
+        if data_state is None:  # a checkpoint written by another tool: derive the position from the step
+            plan = self._plan
+            per_epoch = plan.updates_per_epoch or 1
+            data_state = {"epoch": self.state.global_step // per_epoch,
+                          "batches_in_epoch": (self.state.global_step % per_epoch)
+                          * self.args.gradient_accumulation_steps}
+        return DataPosition.from_dict(data_state)
+
+    def _adopt_state(self, loaded: TrainerState | None) -> None:
+        if loaded is None:
+            return
+        plan = self._plan
+        loaded.is_local_process_zero = self.is_local_process_zero()
+        loaded.is_world_process_zero = self.is_world_process_zero()
+        loaded.compute_steps(self.args, plan.max_steps)
+        loaded.max_steps = plan.max_steps
+        loaded.num_train_epochs = plan.num_epochs
+        loaded.train_batch_size = self.args.train_batch_size
+        self.state = loaded
+        if self.args.restore_callback_states_from_checkpoint and loaded.stateful_callbacks:
+            self._restore_callback_states(loaded.stateful_callbacks)
+
+    def _restore_callback_states(self, saved: dict[str, Any]) -> None:
+        for callback in self.callback_handler.callbacks:
+            entry = saved.get(type(callback).__name__)
+            if entry is None or not hasattr(callback, "state"):
+                continue
+            entry = entry[0] if isinstance(entry, list) else entry
+            for key, value in entry.get("attributes", {}).items():
+                setattr(callback, key, value)
+
+    def _export_callback_states(self) -> dict[str, Any]:
+        exported: dict[str, Any] = {}
+        for callback in self.callback_handler.callbacks:
+            if hasattr(callback, "state") and callable(callback.state):
+                exported[type(callback).__name__] = callback.state()
+        exported["TrainerControl"] = self.control.state()
+        return exported
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
+        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
+        if tr_loss is not None:
+            window = tr_loss.item()
+            if not math.isfinite(window):
+                self._check_diverged(window, self.state.global_step - self._globalstep_last_logged)
+        step = self.state.global_step
+        folder = self._checkpoints.checkpoint_dir(step)
+        if self.state.best_global_step == step and self.args.metric_for_best_model:
+            self.state.best_model_checkpoint = str(folder)
+        self.store_flos()
+        self.state.stateful_callbacks = self._export_callback_states()
+        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss))
+        self.backend.save(folder)
+        self._last_checkpoint = folder
+        self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
+        return folder
+
+    def _rotate_checkpoints_at_end(self) -> None:
+        self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
+
+    def _load_best_model(self) -> None:
+        """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
+        best = self.state.best_model_checkpoint
+        if not best or not Path(best).is_dir():
+            logger.warning("load_best_model_at_end: the best checkpoint %s is missing; keeping the last weights", best)
+            return
+        logger.info("Loading best model from %s (score: %s).", best, self.state.best_metric)
+        load_model_weights(unwrap_model(self.model), best, strict=True)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the model weights (``model.safetensors``, sharded above 5GB), the arguments and the processing class.
+
+        A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
+        """
+        output_dir = output_dir or self.args.output_dir
+        state_dict = self.backend.full_state_dict() if self.backend.caps.sharded_state else None
+        if not self.args.should_save:
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
+                           state_dict=state_dict)
+        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
+            self.processing_class.save_pretrained(output_dir)
+        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+
+__all__ = ["TrainerCheckpointing", "TRAINER_STATE_NAME"]
