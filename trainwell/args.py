@@ -450,14 +450,11 @@ class TrainingArguments:
              "torch_empty_cache_steps must be a positive integer, or None to never empty the cache"),
         ]
         for failed, message in checks:
-            if failed:
-                raise ValueError(f"{message}; got {self._named_values(message)}.")
+            if failed:  # each message starts with the name of the field it checks
+                name = message.split(" ", 1)[0]
+                raise ValueError(f"{message}; got {name}={getattr(self, name)!r}.")
         if self.warmup_steps > 0 and self.warmup_ratio > 0:
             logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
-
-    def _named_values(self, message: str) -> str:
-        name = message.split(" ", 1)[0]
-        return f"{name}={getattr(self, name)!r}"
 
     def _resolve_step_intervals(self) -> None:
         for name in ("logging_steps", "eval_steps", "save_steps"):

@@ -237,7 +237,7 @@ def run_recipe(recipe: Any, args: Any) -> int:
     trainer.save_metrics("train", result.metrics)
     eval_metrics: dict[str, Any] = {}
     if components.eval_dataset is not None:
-        eval_metrics = trainer.evaluate()
+        eval_metrics = _last_eval_metrics(trainer) or trainer.evaluate()
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
     trainer.save_model()
@@ -246,6 +246,17 @@ def run_recipe(recipe: Any, args: Any) -> int:
     if trainer.is_world_process_zero():
         print(format_summary(recipe.name, args, result, eval_metrics, extra))
     return 0
+
+
+def _last_eval_metrics(trainer: Any) -> dict[str, Any]:
+    """The metrics of an evaluation already run at the final step (so it is not repeated), else {}."""
+    history = trainer.state.log_history
+    for entry in reversed(history):
+        if "eval_loss" in entry:
+            if entry.get("step") == trainer.state.global_step:
+                return {k: v for k, v in entry.items() if k.startswith("eval_") or k == "epoch"}
+            break
+    return {}
 
 
 def summary_rows(name: str, args: Any, result: Any, eval_metrics: dict[str, Any]) -> list[tuple[str, str]]:

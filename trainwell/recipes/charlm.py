@@ -24,6 +24,7 @@ import inspect
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -76,11 +77,13 @@ def stdlib_docstring_text(modules: Iterable[str] = STDLIB_MODULES, max_chars: in
     """
     seen: set[str] = set()
     parts: list[str] = []
-    for module_name in modules:
-        for doc in _docstrings_of(module_name):
-            if doc not in seen:  # re-exported members share docstrings; keep one copy
-                seen.add(doc)
-                parts.append(doc)
+    with warnings.catch_warnings():  # touching deprecated members (typing.io, ...) warns
+        warnings.simplefilter("ignore")
+        for module_name in modules:
+            for doc in _docstrings_of(module_name):
+                if doc not in seen:  # re-exported members share docstrings; keep one copy
+                    seen.add(doc)
+                    parts.append(doc)
     text = "\n\n".join(parts)
     text = "".join(c if (c == "\n" or 32 <= ord(c) < 127) else UNKNOWN_CHAR for c in text)
     return text[:max_chars] if max_chars else text

@@ -1,0 +1,282 @@
+"""Overhead benchmark: trainwell's Trainer against a hand-written PyTorch loop (and transformers.Trainer).
+
+All runners train the same MLP (64 -> 256 -> 256 -> 10, batch 32) on the same synthetic data, from the same
+initial weights, with the same optimizer (AdamW, no weight decay), schedule (linear with warmup), gradient
+clipping (max norm 1.0) and the same batches in the same order (epoch ``e`` visits ``randperm(n, seed + e)``,
+the order trainwell's sampler uses). Rounds are interleaved (hand, trainwell, transformers, hand, ...) so that
+load on the machine affects all runners alike; each time covers a full ``train()`` call (the hand loop: creating
+the optimizer, schedule and loaders, and every step). The final weights of the hand loop and trainwell are
+compared, which shows that both did exactly the same optimisation.
+
+It also times what ``from trainwell import Trainer, TrainingArguments`` adds to ``import torch`` in fresh
+interpreters (and the same for transformers when it is installed).
+
+    python bench/overhead.py            # full run (512 steps x 3 rounds)
+    python bench/overhead.py --quick    # a shorter run (128 steps x 2 rounds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+
+@dataclass
+class BenchConfig:
+    """Sizes and hyper-parameters shared by every runner."""
+
+    steps: int = 512
+    rounds: int = 3
+    n_samples: int = 2048
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup_steps: int = 50
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    threads: int = 1
+    import_repeats: int = 5
+
+
+# ------------------------------------------------------------------------------------------- model, data
+
+
+class MLP(nn.Module):
+    """A 64 -> 256 -> 256 -> 10 classifier returning ``{"loss", "logits"}`` (mean cross entropy)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        logits = self.net(x)
+        if labels is None:
+            return {"logits": logits}
+        return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+class ToyDataset(Dataset):
+    """Gaussian inputs labelled by a fixed random linear map: ``{"x": float[64], "labels": long}`` items."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 64, generator=generator)
+        self.labels = (self.x @ torch.randn(64, 10, generator=generator)).argmax(dim=1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[index], "labels": self.labels[index]}
+
+
+def fresh_model(seed: int) -> MLP:
+    """The same initial weights for every runner."""
+    torch.manual_seed(seed)
+    return MLP()
+
+
+def linear_warmup(warmup: int, total: int) -> Callable[[int], float]:
+    """The multiplier of the linear schedule with warmup (upstream's formula)."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+# ------------------------------------------------------------------------------------------------- runners
+
+
+def run_hand(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> float:
+    """The hand-written loop; returns the mean training loss over all steps."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup(cfg.warmup_steps, cfg.steps))
+    model.train()
+    step, epoch, total = 0, 0, torch.zeros(())
+    while step < cfg.steps:
+        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
+        for batch in DataLoader(data, batch_size=cfg.batch_size, sampler=order):
+            loss = model(**batch)["loss"]
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            total += loss.detach()
+            step += 1
+            if step == cfg.steps:
+                break
+        epoch += 1
+    return float(total) / step
+
+
+def _common_args(cfg: BenchConfig, workdir: str) -> dict[str, Any]:
+    """TrainingArguments shared by trainwell and transformers: no eval, no save, rare logging, no bars."""
+    return dict(
+        output_dir=workdir, max_steps=cfg.steps, per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate, weight_decay=0.0, warmup_steps=cfg.warmup_steps,
+        lr_scheduler_type="linear", max_grad_norm=cfg.max_grad_norm, optim="adamw_torch",
+        logging_steps=cfg.steps, eval_strategy="no", save_strategy="no", report_to="none",
+        disable_tqdm=True, seed=cfg.seed, dataloader_num_workers=0, use_cpu=True,
+    )
+
+
+def run_trainwell(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> float:
+    """trainwell's Trainer; only ``train()`` is timed by the caller's clock (see :func:`timed`)."""
+    from trainwell import Trainer, TrainingArguments
+
+    trainer = Trainer(model=model, args=TrainingArguments(**_common_args(cfg, workdir)), train_dataset=data)
+    return _timed_train(trainer)
+
+
+def run_transformers(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> float:
+    """transformers' Trainer with the same settings."""
+    from transformers import Trainer, TrainingArguments
+
+    trainer = Trainer(model=model, args=TrainingArguments(**_common_args(cfg, workdir)), train_dataset=data)
+    return _timed_train(trainer)
+
+
+_LAST_TRAIN_SECONDS: list[float] = []
+
+
+def _timed_train(trainer: Any) -> float:
+    """Run ``trainer.train()``, recording its wall time (construction of the Trainer is not counted)."""
+    start = time.perf_counter()
+    output = trainer.train()
+    _LAST_TRAIN_SECONDS.append(time.perf_counter() - start)
+    return float(output.training_loss)
+
+
+def timed(runner: Callable[..., float], cfg: BenchConfig, data: Dataset) -> tuple[float, float, MLP]:
+    """(seconds, mean training loss, trained model) of one run from fresh initial weights."""
+    model = fresh_model(cfg.seed)
+    _LAST_TRAIN_SECONDS.clear()
+    with tempfile.TemporaryDirectory() as workdir:
+        start = time.perf_counter()
+        loss = runner(cfg, data, model, workdir)
+        seconds = _LAST_TRAIN_SECONDS[-1] if _LAST_TRAIN_SECONDS else time.perf_counter() - start
+    return seconds, loss, model
+
+
+# ------------------------------------------------------------------------------------------------- imports
+
+
+_IMPORT_SNIPPET = (
+    "import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); {stmt}; "
+    "print(time.perf_counter() - t1)"
+)
+
+
+def import_overhead(stmt: str, repeats: int) -> float | None:
+    """Median seconds that ``stmt`` adds after ``import torch``, each in a fresh interpreter (None if it fails)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    times = []
+    for _ in range(repeats):
+        proc = subprocess.run([sys.executable, "-c", _IMPORT_SNIPPET.format(stmt=stmt)], capture_output=True,
+                              text=True, env=env)
+        if proc.returncode != 0:
+            return None
+        times.append(float(proc.stdout.strip().splitlines()[-1]))
+    return statistics.median(times)
+
+
+def has_transformers() -> bool:
+    """Whether transformers can be imported (checked without importing it here)."""
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
+
+
+# ------------------------------------------------------------------------------------------------- report
+
+
+def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
+    """Interleaved rounds of every runner, the weight comparison and the import timings."""
+    torch.set_num_threads(cfg.threads)
+    data = ToyDataset(cfg.n_samples, cfg.seed)
+    runners: dict[str, Callable[..., float]] = {"hand loop": run_hand, "trainwell": run_trainwell}
+    if has_transformers():
+        runners["transformers"] = run_transformers
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    losses: dict[str, float] = {}
+    models: dict[str, MLP] = {}
+    for _ in range(cfg.rounds):
+        for name, runner in runners.items():
+            took, loss, model = timed(runner, cfg, data)
+            seconds[name].append(took)
+            losses[name], models[name] = loss, model
+    diff = max((a - b).abs().max().item() for a, b in zip(models["hand loop"].state_dict().values(),
+                                                          models["trainwell"].state_dict().values()))
+    imports = {"trainwell": import_overhead("from trainwell import Trainer, TrainingArguments", cfg.import_repeats)}
+    if has_transformers():
+        imports["transformers"] = import_overhead("from transformers import Trainer, TrainingArguments",
+                                                  cfg.import_repeats)
+    return {"config": asdict(cfg), "seconds": seconds, "losses": losses, "max_abs_weight_diff": diff,
+            "import_seconds": imports}
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The table printed at the end."""
+    cfg, seconds = result["config"], result["seconds"]
+    best = {name: cfg["steps"] / min(times) for name, times in seconds.items()}
+    median = {name: cfg["steps"] / statistics.median(times) for name, times in seconds.items()}
+    lines = [f"MLP 64-256-256-10, batch {cfg['batch_size']}, {cfg['steps']} steps, {cfg['rounds']} interleaved "
+             f"rounds, torch {torch.__version__}, {cfg['threads']} thread(s)", "",
+             f"{'runner':<14}{'steps/s best':>14}{'steps/s median':>16}{'ratio best':>12}{'ratio median':>14}"
+             f"{'train loss':>12}"]
+    for name in seconds:
+        lines.append(f"{name:<14}{best[name]:>14.1f}{median[name]:>16.1f}{best[name] / best['hand loop']:>12.3f}"
+                     f"{median[name] / median['hand loop']:>14.3f}{result['losses'][name]:>12.6f}")
+    lines += ["", f"max |weight difference| hand loop vs trainwell: {result['max_abs_weight_diff']:.3e}", ""]
+    for name, value in result["import_seconds"].items():
+        shown = "failed" if value is None else f"{value:.3f} s"
+        lines.append(f"import time added to `import torch` by `from {name} import Trainer, TrainingArguments`: "
+                     f"{shown} (median of {cfg['import_repeats']})")
+    if "transformers" not in seconds:
+        lines.append("(transformers is not installed: its runner and import timing were skipped)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``--quick``, ``--steps``, ``--rounds``, ``--threads``, ``--json PATH``."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="128 steps x 2 rounds, 3 import repeats")
+    parser.add_argument("--steps", type=int, help="optimizer steps per run (default 512)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--json", type=Path, help="also write the raw results to this json file")
+    ns = parser.parse_args(argv)
+    cfg = BenchConfig(threads=ns.threads)
+    if ns.quick:
+        cfg.steps, cfg.rounds, cfg.import_repeats = 128, 2, 3
+    cfg.steps = ns.steps or cfg.steps
+    cfg.rounds = ns.rounds or cfg.rounds
+    result = run_benchmark(cfg)
+    print(format_report(result))
+    if ns.json:
+        ns.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
