@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import os
 import socket
+import tempfile
 import types
 
 import numpy as np
@@ -14,6 +15,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
+from trainwell import Trainer, TrainingArguments
+from trainwell.callbacks import TrainerCallback
 from trainwell.loops.eval_loop import (EvaluationMixin, OutputAccumulator, gather_across_ranks,
                                        pad_and_concatenate)
 from trainwell.memory import TrainerMemoryTracker
@@ -169,7 +172,40 @@ class FakeTrainer(EvaluationMixin):
         return self.model
 
 
-def make_trainer(model=None, **kwargs) -> FakeTrainer:
+_OUTPUT_DIR = tempfile.TemporaryDirectory()
+
+
+class Recorder(TrainerCallback):
+    """Records the evaluation events the Trainer fires."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+
+    def on_prediction_step(self, args, state, control, **kwargs):
+        self.events.append(("on_prediction_step", kwargs))
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.events.append(("on_evaluate", kwargs))
+
+    def on_predict(self, args, state, control, **kwargs):
+        self.events.append(("on_predict", kwargs))
+
+
+def make_trainer(model=None, *, eval_dataset=None, compute_metrics=None, preprocess_logits_for_metrics=None,
+                 **arg_overrides) -> Trainer:
+    """The real Trainer on the CPU, with a Recorder callback at ``trainer.recorder``."""
+    args = TrainingArguments(output_dir=_OUTPUT_DIR.name, per_device_eval_batch_size=BATCH, use_cpu=True,
+                             report_to="none", disable_tqdm=True, **arg_overrides)
+    recorder = Recorder()
+    trainer = Trainer(model=model if model is not None else TokenModel(), args=args, eval_dataset=eval_dataset,
+                      compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+                      callbacks=[recorder])
+    trainer.recorder = recorder
+    return trainer
+
+
+def make_fake_trainer(model=None, **kwargs) -> FakeTrainer:
+    """The bare contract (used where the real Trainer would set up its own process group or devices)."""
     return FakeTrainer(model if model is not None else TokenModel(), **kwargs)
 
 
@@ -219,9 +255,9 @@ def test_predict_matches_direct_forward_with_ragged_padding():
     assert out.metrics["test_loss"] == pytest.approx(expected_loss, rel=1e-6)
     for key in ("test_runtime", "test_samples_per_second", "test_steps_per_second"):
         assert key in out.metrics
-    names = [name for name, _ in trainer.callback_handler.events]
+    names = [name for name, _ in trainer.recorder.events]
     assert names == ["on_prediction_step"] * 3 + ["on_predict"]
-    assert trainer.callback_handler.events[-1][1]["metrics"] is out.metrics
+    assert trainer.recorder.events[-1][1]["metrics"] is out.metrics
 
 
 def test_evaluate_metrics_log_epoch_and_compute_metrics_arrays():
@@ -248,8 +284,8 @@ def test_evaluate_metrics_log_epoch_and_compute_metrics_arrays():
     assert metrics["epoch"] == 1.5
     assert set(metrics) >= {"eval_loss", "eval_accuracy", "eval_runtime", "eval_samples_per_second",
                             "eval_steps_per_second", "epoch"}
-    assert trainer.logged == [metrics]
-    name, kwargs = trainer.callback_handler.events[-1]
+    assert trainer.state.log_history[-1] == {**metrics, "step": 0}
+    name, kwargs = trainer.recorder.events[-1]
     assert name == "on_evaluate" and kwargs["metrics"] is metrics
 
 
@@ -408,7 +444,8 @@ def test_empty_datasets_are_clear_errors():
 def test_memory_metrics_in_evaluate_and_absent_when_skipped():
     data = ragged_dataset(1, BATCH)
     with_mem = make_trainer(eval_dataset=data, skip_memory_metrics=False).evaluate()
-    assert {"eval_mem_cpu_alloc_delta", "eval_mem_cpu_peaked_delta"} <= set(with_mem)
+    assert {"eval_mem_cpu_alloc_delta", "eval_mem_cpu_peaked_delta", "init_mem_cpu_alloc_delta",
+            "init_mem_cpu_peaked_delta"} <= set(with_mem)
     without = make_trainer(eval_dataset=data, skip_memory_metrics=True).evaluate()
     assert not any("_mem_" in key for key in without)
 
@@ -455,7 +492,7 @@ def _gather_worker(rank: int, world_size: int, port: int, queue) -> None:
         # a sharded eval: 5 items, each global batch of 4 split in contiguous halves, the last item duplicated
         data = ragged_dataset(2, 1)
         shards = [[[0, 1], [4]], [[2, 3], [4]]][rank]
-        trainer = make_trainer()
+        trainer = make_fake_trainer()
         out = trainer.evaluation_loop(DataLoader(data, batch_sampler=shards), "Prediction")
         queue.put((rank, gathered["x"].numpy().tolist(), gathered["s"].numpy().tolist(),
                    out.predictions, out.label_ids, out.num_samples))
@@ -490,3 +527,61 @@ def test_gather_across_ranks_two_processes_pads_sequence_dim():
         assert num_samples == 5
         np.testing.assert_allclose(preds, reference.predictions, atol=1e-6)
         np.testing.assert_array_equal(labels, reference.label_ids)
+
+
+# ------------------------------------------------------------------------------------------------ integration
+
+
+def test_mixin_relies_only_on_the_contract():
+    data = ragged_dataset()
+    fake = make_fake_trainer()
+    out = fake.predict(data)
+    real = make_trainer().predict(data)
+    assert_nested_equal(out.predictions, real.predictions)
+    assert_nested_equal(out.label_ids, real.label_ids)
+    assert out.metrics["test_loss"] == pytest.approx(real.metrics["test_loss"])
+    assert [name for name, _ in fake.callback_handler.events][-1] == "on_predict"
+
+
+def test_bf16_full_eval_predictions_are_float32():
+    data = ragged_dataset(2, BATCH)
+    out = make_trainer(bf16_full_eval=True).predict(data)
+    reference = make_trainer().predict(data)
+    assert out.predictions.dtype == np.float32
+    np.testing.assert_allclose(out.predictions, reference.predictions, atol=0.05)
+
+
+class MemoryModel(nn.Module):
+    """Returns (logits, mems) and records the mems it was given (``past_index``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, CLASSES)
+        self.seen: list[bool] = []
+
+    def forward(self, input_ids, mems=None):
+        self.seen.append(mems is not None)
+        logits = self.emb(input_ids)
+        return logits, logits.detach() + 1
+
+
+def test_past_index_feeds_mems_to_the_next_batch():
+    data = [{"input_ids": torch.arange(3) + i} for i in range(8)]
+    model = MemoryModel()
+    trainer = make_trainer(model, past_index=2)
+    out = trainer.predict(data)
+    assert model.seen == [False, True]
+    assert out.label_ids is None and out.predictions[0].shape == (8, 3, CLASSES)
+    assert trainer._past is None
+
+
+def test_evaluation_during_training_reaches_log_history():
+    data = ragged_dataset(2, BATCH)
+    trainer = make_trainer(eval_dataset=data, eval_strategy="steps", eval_steps=1, max_steps=2,
+                           per_device_train_batch_size=BATCH, logging_steps=1, save_strategy="no")
+    trainer.train_dataset = ragged_dataset(1, BATCH)  # one length: shuffled training batches still stack
+    trainer.train()
+    evals = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
+    assert [entry["step"] for entry in evals] == [1, 2]
+    assert all(entry["epoch"] > 0 for entry in evals)
+    assert [name for name, _ in trainer.recorder.events].count("on_evaluate") == 2

@@ -244,7 +244,7 @@ def run_recipe(recipe: Any, args: Any) -> int:
     trainer.save_state()
     extra = recipe.finish(components, trainer) if recipe.finish else []
     if trainer.is_world_process_zero():
-        print(format_summary(recipe.name, args, result, eval_metrics, extra))
+        print(format_summary(recipe, args, result, eval_metrics, extra))
     return 0
 
 
@@ -259,17 +259,26 @@ def _last_eval_metrics(trainer: Any) -> dict[str, Any]:
     return {}
 
 
-def summary_rows(name: str, args: Any, result: Any, eval_metrics: dict[str, Any]) -> list[tuple[str, str]]:
+_EVAL_SPEED_KEYS = ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "epoch")
+
+
+def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, Any]) -> list[tuple[str, str]]:
     """The ``(label, value)`` rows of the end-of-run summary."""
     import math
 
     from .trainer_utils import get_last_checkpoint
 
     metrics = result.metrics
-    rows = [("recipe", name), ("steps", str(result.global_step)), ("train loss", f"{result.training_loss:.4f}")]
+    rows = [("recipe", recipe.name), ("steps", str(result.global_step)),
+            ("train loss", f"{result.training_loss:.4f}")]
     if "eval_loss" in eval_metrics:
         loss = float(eval_metrics["eval_loss"])
-        rows += [("eval loss", f"{loss:.4f}"), ("perplexity", f"{math.exp(min(loss, 700.0)):.2f}")]
+        rows.append(("eval loss", f"{loss:.4f}"))
+        if recipe.language_model:
+            rows.append(("perplexity", f"{math.exp(min(loss, 700.0)):.2f}"))
+    for key, value in eval_metrics.items():  # the recipe's own metrics (accuracy, ...)
+        if key not in _EVAL_SPEED_KEYS and isinstance(value, (int, float)):
+            rows.append((key.removeprefix("eval_").replace("_", " "), f"{value:.4f}"))
     rows += [
         ("runtime", f"{metrics.get('train_runtime', float('nan')):.1f} s"),
         ("samples/s", f"{metrics.get('train_samples_per_second', float('nan')):.1f}"),
@@ -279,10 +288,10 @@ def summary_rows(name: str, args: Any, result: Any, eval_metrics: dict[str, Any]
     return rows
 
 
-def format_summary(name: str, args: Any, result: Any, eval_metrics: dict[str, Any],
+def format_summary(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, Any],
                    extra: Sequence[tuple[str, str]] = ()) -> str:
     """A boxed two-column table of :func:`summary_rows` plus the recipe's ``extra`` rows."""
-    rows = summary_rows(name, args, result, eval_metrics) + list(extra)
+    rows = summary_rows(recipe, args, result, eval_metrics) + list(extra)
     width = max(len(label) for label, _ in rows)
     value_width = min(100, max(len(value) for _, value in rows))
     rule = "+" + "-" * (width + 2) + "+" + "-" * (value_width + 2) + "+"
@@ -296,6 +305,23 @@ def format_summary(name: str, args: Any, result: Any, eval_metrics: dict[str, An
 
 
 add_subcommand("train", "train the built-in recipe or a YAML recipe (any TrainingArguments flag works)", run_train)
+
+
+def _run_zero_to_fp32(argv: list[str]) -> int:
+    from .zero import cmd_zero_to_fp32
+
+    return cmd_zero_to_fp32(argv)
+
+
+def _run_estimate_memory(argv: list[str]) -> int:
+    from .zero import cmd_estimate_memory
+
+    return cmd_estimate_memory(argv)
+
+
+add_subcommand("zero-to-fp32", "consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file",
+               _run_zero_to_fp32)
+add_subcommand("estimate-memory", "ZeRO-2/3 memory needs: --params N [--gpus G --nodes K]", _run_estimate_memory)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Every launcher the seeds use leaves its own variables behind: torchrun / ``torch.distributed.run`` and the
 ``deepspeed`` launcher set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``; the old ``torch.distributed.launch`` passes
 ``--local_rank`` (read into ``TrainingArguments.local_rank``); ``accelerate launch`` sets the same variables;
-SLURM's ``srun`` sets ``SLURM_PROCID``/``SLURM_NTASKS``/``SLURM_LOCALID``. Nothing here has side effects at
-import time; the process group is created by :func:`init_process_group` when training starts.
+SLURM's ``srun`` sets ``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID``; ``mpirun`` its ``OMPI_COMM_WORLD_*``.
+Nothing here has side effects at import time (except that :func:`read_launch_env` fills ``MASTER_ADDR`` for a bare
+``srun``); the process group is created by :func:`init_process_group` when training starts.
 """
 
 from __future__ import annotations
@@ -37,32 +38,94 @@ def _int_env(*names: str) -> int | None:
     for name in names:
         value = os.environ.get(name)
         if value not in (None, ""):
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"environment variable {name}={value!r} is not an integer; unset it or fix the "
+                                 "launcher command that sets it") from None
     return None
 
 
-def read_launch_env(local_rank_arg: int = -1) -> LaunchEnv:
-    """Read rank and world size from the environment (torchrun, deepspeed, accelerate, SLURM, notebook emulation).
+def _slurm_tasks_per_node() -> int | None:
+    """SLURM writes tasks per node as ``"4"`` or ``"4(x2)"`` (4 tasks on each of 2 nodes); the count comes first."""
+    for name in ("SLURM_STEP_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        value = os.environ.get(name, "")
+        digits = value.split("(")[0].split(",")[0]
+        if digits.isdigit():
+            return int(digits)
+    return None
 
-    ``local_rank_arg`` is the ``--local_rank`` passed by the legacy ``torch.distributed.launch``; the
-    environment wins when both are present.
+
+def first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (``"gpu[03-05,09],cpu1"`` -> ``"gpu03"``), for ``MASTER_ADDR``."""
+    first = nodelist.strip()
+    depth = 0
+    for i, char in enumerate(first):
+        depth += char == "["
+        depth -= char == "]"
+        if char == "," and depth == 0:
+            first = first[:i]
+            break
+    if "[" not in first:
+        return first
+    prefix, _, ranges = first.partition("[")
+    return prefix + ranges.rstrip("]").split(",")[0].split("-")[0]
+
+
+def _slurm_env() -> tuple[int, int, int | None] | None:
+    """(rank, world, local rank) of a process started by ``srun`` directly (no torchrun in between)."""
+    if "SLURM_PROCID" not in os.environ:
+        return None
+    # Only srun's job steps set SLURM_STEP_NUM_TASKS; the batch script itself (one process) also has SLURM_PROCID
+    # and SLURM_NTASKS, and reading those there would wait forever for processes that were never started.
+    world = _int_env("SLURM_STEP_NUM_TASKS")
+    if world is None:
+        return None
+    nodelist = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST")
+    if world > 1 and "MASTER_ADDR" not in os.environ and nodelist:
+        os.environ["MASTER_ADDR"] = first_slurm_host(nodelist)
+    return _int_env("SLURM_PROCID") or 0, world, _int_env("SLURM_LOCALID")
+
+
+def _mpi_env() -> tuple[int, int, int | None] | None:
+    """(rank, world, local rank) under ``mpirun`` (OpenMPI), as used by ``deepspeed --launcher openmpi``."""
+    world = _int_env("OMPI_COMM_WORLD_SIZE")
+    if world is None:
+        return None
+    return _int_env("OMPI_COMM_WORLD_RANK") or 0, world, _int_env("OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def read_launch_env(local_rank_arg: int = -1) -> LaunchEnv:
+    """Read rank and world size from the environment (torchrun, deepspeed, accelerate, SLURM, MPI, notebook).
+
+    * torchrun / ``python -m torch.distributed.run``, ``accelerate launch`` and the ``deepspeed`` launcher set
+      ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` (and ``LOCAL_WORLD_SIZE`` or DeepSpeed's ``LOCAL_SIZE``);
+    * the legacy ``torch.distributed.launch`` passes ``--local_rank`` (``local_rank_arg``); the environment wins
+      when both are present;
+    * ``srun`` without torchrun: ``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS`` /
+      ``SLURM_LOCALID``; ``MASTER_ADDR`` defaults to the first host of ``SLURM_JOB_NODELIST``;
+    * ``mpirun``: ``OMPI_COMM_WORLD_RANK`` / ``_SIZE`` / ``_LOCAL_RANK``;
+    * the seeds' notebook emulation (``RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=...``) gives a
+      ``distributed`` environment of one process, which trains like a plain single process.
     """
     local_rank = _int_env("LOCAL_RANK")
     rank = _int_env("RANK")
     world = _int_env("WORLD_SIZE")
-    if rank is None and world is None and _int_env("SLURM_NTASKS") is not None and "SLURM_PROCID" in os.environ:
-        # srun without torchrun: one task per process.
-        rank, world, local_rank = _int_env("SLURM_PROCID"), _int_env("SLURM_NTASKS"), _int_env("SLURM_LOCALID")
+    if rank is None and world is None:
+        found = _slurm_env() or _mpi_env()
+        if found is not None:
+            rank, world, local_rank = found
     if local_rank is None:
         local_rank = local_rank_arg
-    if local_rank == -1 and world is None:
+    if local_rank == -1 and world is None and rank is None:
         return LaunchEnv()
-    if local_rank == -1:
-        local_rank = rank or 0
     world = world or 1
-    local_world = _int_env("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE") or world
-    return LaunchEnv(rank=rank if rank is not None else local_rank, world_size=world,
-                     local_rank=local_rank, local_world_size=local_world)
+    local_world = _int_env("LOCAL_WORLD_SIZE", "LOCAL_SIZE") or _slurm_tasks_per_node() or world
+    if rank is None:
+        rank = max(local_rank, 0)
+    if local_rank == -1:
+        local_rank = rank % local_world
+    return LaunchEnv(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world)
 
 
 def resolve_device(*, use_cpu: bool, local_rank: int) -> "torch.device":
@@ -134,3 +197,25 @@ def barrier() -> None:
 
     if is_dist():
         dist.barrier()
+
+
+def mean_across_ranks(tensor: "torch.Tensor") -> "torch.Tensor":
+    """The mean of ``tensor`` over all ranks (a copy; ``tensor`` itself is unchanged outside a process group)."""
+    if not is_dist():
+        return tensor.detach().clone()
+    import torch.distributed as dist
+
+    reduced = tensor.detach().clone()
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
+    return reduced / dist.get_world_size()
+
+
+def all_gather_object(obj: object) -> list[object]:
+    """Every rank's ``obj`` in rank order (``[obj]`` in a single process)."""
+    if not is_dist():
+        return [obj]
+    import torch.distributed as dist
+
+    gathered: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered

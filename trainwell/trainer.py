@@ -26,9 +26,11 @@ from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from .data.loader import build_dataloader, has_length
 from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+from .distributed import mean_across_ranks
 from .events import CallbackHandler
 from .loops.eval_loop import EvaluationMixin
 from .loops.train_loop import DataPosition, TrainPlan, run_training
+from .logging_utils import setup_process_logging
 from .losses import LabelSmoother, extract_loss
 from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
@@ -72,6 +74,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        setup_process_logging(args)
         if tokenizer is not None:
             warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
             processing_class = processing_class if processing_class is not None else tokenizer
@@ -291,14 +294,30 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
         """Forward and backward on one micro-batch; returns the detached loss (already divided for accumulation)."""
         inputs = self._prepare_inputs(inputs)
+        # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
+        # per-micro-batch mean, so it is divided by the accumulation steps like any other.
+        takes_items = self._compute_loss_takes_num_items()
         with self.compute_loss_context_manager():
-            loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            if takes_items:
+                loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            else:
+                loss = self.compute_loss(model, inputs)
         if self.args.n_gpu > 1:
             loss = loss.mean()
-        if num_items_in_batch is None or not (self.model_accepts_loss_kwargs or self.compute_loss_func):
+        normalised = takes_items and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
+        if num_items_in_batch is None or not normalised:
             loss = loss / self.args.gradient_accumulation_steps
         self.backend.backward(loss)
         return loss.detach()
+
+    def _compute_loss_takes_num_items(self) -> bool:
+        """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
+        cached = self.__dict__.get("_loss_takes_num_items")
+        if cached is None:
+            params = inspect.signature(self.compute_loss).parameters.values()
+            cached = any(p.name == "num_items_in_batch" or p.kind is p.VAR_KEYWORD for p in params)
+            self._loss_takes_num_items = cached
+        return cached
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
@@ -371,8 +390,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             self.optimizer, self.lr_scheduler = None, None
         resume_from = self._resolve_resume(resume_from_checkpoint)
         try:
-            return run_training(self, resume_from=resume_from, trial=trial,
-                                ignore_keys_for_eval=ignore_keys_for_eval)
+            with self._preemption_scope():
+                return run_training(self, resume_from=resume_from, trial=trial,
+                                    ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
             self.is_in_train = False
 
@@ -394,13 +414,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
         if self.args.gradient_checkpointing:
             enable_gradient_checkpointing(unwrap_model(self.model), self.args.gradient_checkpointing_kwargs)
-        wrapped = self.backend.prepare_model(self.model, training=True)
+        self.backend.prepare_model(self.model, training=True)
+        self.model = self.backend.model
+        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
+        self.backend.num_training_steps = max_steps  # read by backends that build their own schedule (DeepSpeed)
+        self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
+        self.optimizer, self.lr_scheduler = self.backend.optimizer, self.backend.lr_scheduler  # ZeRO rebuilds them
+        wrapped = self.backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
         if self.args.torch_compile:
             wrapped = compile_model(wrapped, self.args)
-        self.model = self.backend.model
         self.model_wrapped = wrapped
-        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
-        self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
         self.callback_handler.model = self.model
         self.callback_handler.optimizer = self.optimizer
         self.callback_handler.lr_scheduler = self.lr_scheduler
@@ -416,7 +439,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         if self.control.should_evaluate:
             metrics = self._evaluate(trial, ignore_keys_for_eval)
             model.train()
-            if self.args.save_strategy == SaveStrategy.BEST and self._is_new_best(metrics):
+            # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
+            if self._is_new_best(metrics) and self.args.save_strategy == SaveStrategy.BEST:
                 self.control.should_save = True
         if self.control.should_save:
             self._save_checkpoint(model, trial, tr_loss=tr_loss)
@@ -424,7 +448,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
         steps = self.state.global_step - self._globalstep_last_logged
-        window = tr_loss.item()
+        window = mean_across_ranks(tr_loss).item()  # the loss of the whole global batch, as one process logs it
         tr_loss.zero_()
         if not math.isfinite(window):
             self._check_diverged(window, steps)
@@ -483,10 +507,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
-        self._total_loss_scalar += tr_loss.item()
+        self._total_loss_scalar += mean_across_ranks(tr_loss).item()
         steps = max(self.state.global_step, 1)
         train_loss = self._total_loss_scalar / steps
-        if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None:
+        if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
             self._load_best_model()
         if plan.micro_batches_per_epoch:
             num_samples = (plan.max_steps * plan.total_train_batch_size if self.args.max_steps > 0
@@ -552,6 +576,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     def _model_for_eval(self) -> nn.Module:
         """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
         model = self.model
+        if not self.is_in_train and self.backend.caps.sharded_state:
+            # ZeRO-3 inference: the backend shards the model (a no-op when training already did)
+            return self.backend.prepare_model(model, training=False)
         if not self.is_in_train:
             if self.args.fp16_full_eval:
                 model = model.to(dtype=torch.float16, device=self.args.device)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,17 @@ from torch import nn
 
 from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete
 from .checkpoint.manager import CheckpointContents, CheckpointManager
+from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
 from .state import TrainerState
 
 logger = logging.getLogger("trainwell.trainer")
+
+# With several processes the ranks agree on a stop only every this many optimizer steps (one all-reduce of a flag),
+# so that the steps in between carry no extra collective nor device synchronisation.
+PREEMPTION_SYNC_STEPS = 10
 
 
 class TrainerCheckpointing:
@@ -35,6 +42,10 @@ class TrainerCheckpointing:
                                               should_save=args.should_save)
         self._last_checkpoint: Path | None = None
         self._resume_with_fallback = False
+        self.preempted = False
+        self._preemption: PreemptionGuard | None = None
+        self._preemption_collective = False
+        self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
 
     def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it."""
@@ -47,7 +58,8 @@ class TrainerCheckpointing:
             data_state = {**position.to_dict(), "global_step": self.state.global_step}
         sharded = self.backend.caps.sharded_state
         return CheckpointContents(
-            model=unwrap_model(self.model), optimizer=self.optimizer, scheduler=self.lr_scheduler,
+            # A sharded backend saves and loads the optimizer state itself (collectively, in backend.save/load).
+            model=unwrap_model(self.model), optimizer=None if sharded else self.optimizer, scheduler=self.lr_scheduler,
             extra=dict(self.backend.state_dicts()), trainer_state=self.state, args=self.args,
             data_state=data_state, processing_class=self.processing_class,
             save_only_model=self.args.save_only_model, safe_serialization=self.args.save_safetensors,
@@ -68,12 +80,17 @@ class TrainerCheckpointing:
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
         contents = self._contents()
-        if self._resume_with_fallback:
-            folder, result = self._checkpoints.load_latest_valid(contents,
-                                                                 load_trainer_state=TrainerState.load_from_json)
+        if self._resume_with_fallback and self.backend.caps.sharded_state:
+            folder, result = self._load_newest_with_backend_state(contents)
+        elif self._resume_with_fallback:
+            with self._whole_parameters():
+                folder, result = self._checkpoints.load_latest_valid(contents,
+                                                                     load_trainer_state=TrainerState.load_from_json)
+            self.backend.load(folder)
         else:
-            result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
-        self.backend.load(folder)
+            with self._whole_parameters():
+                result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
+            self.backend.load(folder)
         logger.info("Resuming training from %s", folder)
         self._adopt_state(result["trainer_state"])
         data_state = result["data_state"]
@@ -84,6 +101,28 @@ class TrainerCheckpointing:
                           "batches_in_epoch": (self.state.global_step % per_epoch)
                           * self.args.gradient_accumulation_steps}
         return DataPosition.from_dict(data_state)
+
+    def _whole_parameters(self) -> Any:
+        """A context in which a sharded backend's parameters are whole, so full weights load into them (ZeRO-3)."""
+        gathered = getattr(self.backend, "gathered_parameters", None)
+        return gathered() if gathered is not None else nullcontext()
+
+    def _load_newest_with_backend_state(self, contents: Any) -> tuple[Path, dict[str, Any]]:
+        """Fallback resume for sharded backends: a checkpoint whose backend state (written after the folder was
+        completed) is missing or unreadable is skipped like a damaged one."""
+        from .checkpoint.layout import CheckpointError, list_complete_checkpoints
+
+        failures = []
+        for folder in reversed(list_complete_checkpoints(self.args.output_dir)):
+            try:
+                with self._whole_parameters():
+                    result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
+                self.backend.load(folder)
+                return folder, result
+            except CheckpointError as err:
+                logger.warning("checkpoint %s is damaged (%s); trying the previous one", folder, err)
+                failures.append(f"{folder.name}: {err}")
+        raise CheckpointError(f"no checkpoint in {self.args.output_dir} could be loaded:\n  " + "\n  ".join(failures))
 
     def _adopt_state(self, loaded: TrainerState | None) -> None:
         if loaded is None:
@@ -133,6 +172,52 @@ class TrainerCheckpointing:
         self._last_checkpoint = folder
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
         return folder
+
+    @contextmanager
+    def _preemption_scope(self) -> Iterator[PreemptionGuard]:
+        """Turn SIGTERM/SIGINT into a graceful stop for the duration of ``train()`` (see :meth:`_stop_if_preempted`)."""
+        self.preempted = False
+        self._preemption_collective = self.args.world_size > 1
+        with PreemptionGuard() as guard:
+            self._preemption = guard
+            try:
+                yield guard
+            finally:
+                self._preemption = None
+
+    def _preemption_requested(self) -> bool:
+        """Whether a stop was asked for; cheap in one process (a flag read), a collective every N steps otherwise."""
+        guard = self._preemption
+        if guard is None:
+            return False
+        if not self._preemption_collective:
+            return guard.requested
+        if self.state.global_step % max(1, self.preemption_sync_steps):
+            return False
+        return guard.requested_on_any_rank(self.args.device)
+
+    def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
+        """Called after each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True.
+
+        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"``. Sets
+        ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
+        """
+        if self.control.should_training_stop or not self._preemption_requested():
+            return False
+        step = self.state.global_step
+        name = self._preemption.signal_name or "a stop request"
+        folder = self._checkpoints.checkpoint_dir(step)
+        if self.args.save_strategy == "no":
+            where = "no checkpoint saved (save_strategy='no')"
+        else:
+            if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
+                folder = self._save_checkpoint(model, trial, tr_loss=tr_loss)
+                self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+            where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
+        self.preempted = True
+        self.control.should_training_stop = True
+        logger.warning("Training preempted by %s at step %d: %s", name, step, where)
+        return True
 
     def _rotate_checkpoints_at_end(self) -> None:
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)

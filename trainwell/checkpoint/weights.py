@@ -72,6 +72,8 @@ def _listed(names: Any) -> str:
 
 
 def _alias_key(tensor: "torch.Tensor") -> tuple:
+    if hasattr(tensor, "to_local"):  # a DTensor (FSDP2 parameter) has no storage; its local shard does
+        tensor = tensor.to_local()
     storage = tensor.untyped_storage()
     return (tensor.device, storage.data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
             tuple(tensor.stride()), tensor.dtype)

@@ -35,6 +35,7 @@ T = TypeVar("T")
 __all__ = [
     "ResumableSampler",
     "LengthGroupedSampler",
+    "EvalShardSampler",
     "get_length_grouped_indices",
     "infer_lengths",
     "skip_first_batches",
@@ -161,6 +162,50 @@ class ResumableSampler(_SeekableSampler):
         if self.shuffle:
             return torch.randperm(self.num_samples, generator=self._generator()).tolist()
         return list(range(self.num_samples))
+
+
+class EvalShardSampler(Sampler[int]):
+    """Sequential evaluation order split over ranks so that gathering the batches restores the dataset order.
+
+    The dataset is read in global batches of ``batch_size * num_replicas`` samples; rank ``r`` takes the ``r``-th
+    contiguous ``batch_size`` share of each. The last global batch is padded by repeating the last index, so every
+    rank runs the same number of full batches (a collective per batch cannot hang). Gathering batch ``b`` from
+    every rank in rank order gives samples ``b * global .. (b + 1) * global - 1``; cutting the concatenation to
+    ``num_samples`` removes the padding, so the gathered predictions are exactly those of one process.
+
+    Args:
+        num_samples: the dataset's length.
+        batch_size: the per-device evaluation batch size (the DataLoader's ``batch_size``).
+        num_replicas, rank: the number of processes and this one's rank.
+    """
+
+    def __init__(self, num_samples: int, *, batch_size: int, num_replicas: int, rank: int) -> None:
+        _check_replicas(num_replicas, rank)
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1 (per_device_eval_batch_size).")
+        if not isinstance(num_samples, int) or num_samples < 0:
+            raise ValueError(f"num_samples={num_samples!r} must be a non-negative int (the dataset's length).")
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.num_replicas = num_replicas
+        self.rank = rank
+
+    @property
+    def num_batches(self) -> int:
+        """Batches every rank runs (the number of global batches)."""
+        return math.ceil(self.num_samples / (self.batch_size * self.num_replicas))
+
+    def __len__(self) -> int:
+        """Samples this rank yields (padding included)."""
+        return self.num_batches * self.batch_size
+
+    def __iter__(self) -> Iterator[int]:
+        global_batch = self.batch_size * self.num_replicas
+        last = max(self.num_samples - 1, 0)
+        for batch in range(self.num_batches):
+            start = batch * global_batch + self.rank * self.batch_size
+            for index in range(start, start + self.batch_size):
+                yield min(index, last)
 
 
 def get_length_grouped_indices(lengths: Sequence[int], batch_size: int, mega_batch_mult: int | None = None,

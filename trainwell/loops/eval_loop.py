@@ -182,12 +182,66 @@ def _truncate_batches(batches: list[Any], limit: int | None) -> list[Any]:
     return kept
 
 
+_SLAB_MIN, _SLAB_MAX = 2**20, 64 * 2**20
+
+
+class _SlabStore:
+    """Append-only copies of one output leaf, packed into anonymous memory maps (slabs).
+
+    Per-batch copies made with ``malloc`` land on the heap, whose freed memory is rarely returned to the OS;
+    a slab is its own mapping, unmapped as soon as the last view into it is dropped. So while the final array
+    fills up and the pieces are dropped in order, the process does not hold both in full. Slabs grow with the
+    data (1/8 of what is stored so far, 1 to 64 MiB), which bounds both the waste and the number of mappings.
+    """
+
+    def __init__(self) -> None:
+        self._slab: np.ndarray | None = None
+        self._used = 0
+        self._stored = 0
+
+    def _new_slab(self, nbytes: int) -> None:
+        import mmap
+
+        size = max(nbytes, min(_SLAB_MAX, max(_SLAB_MIN, self._stored // 8)))
+        size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        self._slab, self._used = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8), 0
+
+    def _reserve(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if self._slab is None or self._used + nbytes > self._slab.nbytes:
+            self._new_slab(nbytes)
+        view = self._slab[self._used:self._used + nbytes].view(dtype).reshape(shape)
+        self._used += -(-nbytes // 64) * 64  # keep every piece 64-byte aligned
+        self._stored += nbytes
+        return view
+
+    def copy_in(self, leaf: Any) -> Any:
+        """A numpy copy of ``leaf`` (a tensor on any device, or an array) living in the current slab."""
+        if isinstance(leaf, torch.Tensor):
+            tensor = leaf.detach()
+            if tensor.dtype == torch.bfloat16 or (tensor.is_floating_point() and tensor.element_size() == 1):
+                tensor = tensor.float()  # numpy has no bfloat16 / float8
+            view = self._reserve(_numpy_dtype(tensor.dtype), tuple(tensor.shape))
+            torch.from_numpy(view).copy_(tensor)  # one device-to-host copy, straight into the slab
+            return view
+        source = np.asarray(leaf)
+        if source.dtype == object:
+            return source.copy()
+        view = self._reserve(source.dtype, source.shape)
+        view[...] = source
+        return view
+
+
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return torch.empty((), dtype=dtype).numpy().dtype
+
+
 class OutputAccumulator:
     """Collects one kind of output (losses, predictions, labels or inputs) over the batches of a loop.
 
-    ``add`` keeps each batch's nested tensors as a piece (CPU ones become numpy at once, accelerator ones stay
-    on the device until ``flush``); ``result`` pads and concatenates every leaf once, or returns the list of
-    per-batch structures when ``concat`` is False.
+    ``add`` keeps each batch's nested tensors as a piece (CPU ones are copied to numpy at once, accelerator ones
+    stay on the device until ``flush``); ``result`` pads and concatenates every leaf once, or returns the list
+    of per-batch structures when ``concat`` is False.
     """
 
     def __init__(self, concat: bool = True, pad_index: int = PAD_INDEX) -> None:
@@ -195,26 +249,37 @@ class OutputAccumulator:
         self.pad_index = pad_index
         self._device: list[Any] = []
         self._host: list[Any] = []
+        self._stores: list[_SlabStore] = []
 
     def add(self, nested: Any) -> None:
         """Keep one batch's output (None is ignored)."""
         if nested is None:
             return
-        leaves, _ = _flatten(nested)
-        on_cpu = all(not isinstance(t, torch.Tensor) or t.device.type == "cpu" for t in leaves)
-        (self._host if on_cpu else self._device).append(nested_numpify(nested) if on_cpu else nested_detach(nested))
+        leaves, spec = _flatten(nested)
+        if all(not isinstance(t, torch.Tensor) or t.device.type == "cpu" for t in leaves):
+            self._host.append(self._to_host(leaves, spec))
+        else:
+            self._device.append(nested_detach(nested))
+
+    def _to_host(self, leaves: list[Any], spec: Any) -> Any:
+        if not self.concat:
+            return _unflatten(spec, [_leaf_to_numpy(leaf) for leaf in leaves])
+        while len(self._stores) < len(leaves):
+            self._stores.append(_SlabStore())
+        return _unflatten(spec, [None if leaf is None else store.copy_in(leaf)
+                                 for store, leaf in zip(self._stores, leaves)])
 
     def flush(self) -> None:
         """Move the pieces still on the accelerator to CPU numpy arrays."""
         device, self._device = self._device, []
         for i in range(len(device)):
             piece, device[i] = device[i], None  # release each device piece as soon as it is copied
-            self._host.append(nested_numpify(piece))
+            self._host.append(self._to_host(*_flatten(piece)))
 
     def result(self, limit: int | None = None) -> Any:
         """All pieces as one nested structure of numpy arrays (or a list of batches); None when nothing was added."""
         self.flush()
-        pieces, self._host = self._host, []
+        pieces, self._host, self._stores = self._host, [], []
         if not pieces:
             return None
         if not self.concat:

@@ -140,6 +140,8 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
         iterator = _epoch_iterator(trainer, dataloader, epoch, skip)
         skip = 0
         model.train()
+        if args.past_index >= 0:
+            trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         for group in _accumulation_groups(iterator, ga):
             trainer.control = cb.on_step_begin(args, state, trainer.control)
@@ -168,8 +170,12 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
             trainer.control = cb.on_step_end(args, state, trainer.control)
             trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
                                              start_time)
+            if trainer._stop_if_preempted(model, trial, tr_loss):
+                break
             if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
                 break
+        if trainer.preempted:  # SIGTERM/SIGINT: checkpoint saved mid-epoch; the epoch is not over
+            break
         if plan.micro_batches_per_epoch is None:
             state.epoch = float(epoch + 1)
         # From here on a checkpoint belongs to the next epoch (an epoch-strategy save resumes at its start).

@@ -19,7 +19,7 @@ __all__ = ["Components", "Recipe", "RecipeError", "call_factory", "default_recip
 #: whole run takes about a minute on 2 CPU cores.
 DEFAULT_RECIPE_ARGS: dict[str, Any] = {
     "output_dir": "trainwell-output",
-    "max_steps": 1000,
+    "max_steps": 800,
     "per_device_train_batch_size": 32,
     "per_device_eval_batch_size": 64,
     "learning_rate": 3e-3,
@@ -30,7 +30,7 @@ DEFAULT_RECIPE_ARGS: dict[str, Any] = {
     "eval_strategy": "steps",
     "eval_steps": 200,
     "save_strategy": "steps",
-    "save_steps": 500,
+    "save_steps": 400,
     "save_total_limit": 2,
     "logging_steps": 50,
     "report_to": "none",
@@ -65,4 +65,5 @@ def _finish_default(components: Components, trainer: Any) -> list[tuple[str, str
 def default_recipe() -> Recipe:
     """The built-in recipe: a 2-layer character transformer on the standard library's docstrings."""
     return Recipe(name="built-in: char-level transformer on Python stdlib docstrings",
-                  args=dict(DEFAULT_RECIPE_ARGS), build=_build_default, finish=_finish_default)
+                  args=dict(DEFAULT_RECIPE_ARGS), build=_build_default, finish=_finish_default,
+                  language_model=True)

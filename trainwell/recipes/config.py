@@ -69,12 +69,14 @@ class Recipe:
     ``build`` is called after the seed is set, so model initialisation follows ``args.seed``.
     ``finish(components, trainer)``, when given, runs after training and saving (it may write extra files to
     ``trainer.args.output_dir``) and returns extra ``(label, value)`` rows for the run summary.
+    ``language_model`` adds the perplexity (``exp(eval_loss)``) to the summary.
     """
 
     name: str
     args: dict[str, Any]
     build: Callable[[], Components]
     finish: Callable[[Components, Any], list[tuple[str, str]]] | None = None
+    language_model: bool = False
 
 
 def load_object(path: str, *, key: str = "", source: str = "") -> Any:

@@ -1,0 +1,104 @@
+"""DeepSpeed ZeRO 0-3 under ``torchrun --nproc_per_node=2`` (gloo, CPU): loss curves, offload, resume, weights out.
+
+One launch of ``deepspeed_job.py`` runs every scenario (see there); each test checks its own part of the results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("deepspeed")
+
+pytestmark = pytest.mark.distributed
+
+JOB = Path(__file__).with_name("deepspeed_job.py")
+ROOT = Path(__file__).resolve().parents[2]
+TOL = dict(rel=1e-4, abs=1e-5)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    work = tmp_path_factory.mktemp("deepspeed")
+    out = work / "results.json"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+           str(JOB), str(out), str(work)]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and out.is_file(), f"job failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def _ok(results: dict, name: str) -> dict:
+    part = results[name]
+    assert "error" not in part, part.get("error")
+    return part
+
+
+@pytest.mark.parametrize("name", ["zero0", "zero1", "zero2", "zero2_offload"])
+def test_zero_stages_match_ddp(results, name):
+    ddp, run = _ok(results, "ddp"), _ok(results, name)
+    assert len(ddp["curve"]) == 6
+    assert run["curve"] == pytest.approx(ddp["curve"], **TOL)
+    assert ddp["curve"][-1] < ddp["curve"][0]  # it did learn
+    for key, values in ddp["weights"].items():
+        assert run["weights"][key] == pytest.approx(values, rel=1e-4, abs=1e-5), key
+
+
+def test_zero3_trains_sharded_and_matches_ddp(results):
+    ddp, z3 = _ok(results, "ddp"), _ok(results, "zero3")
+    assert z3["curve"] == pytest.approx(ddp["curve"], **TOL)
+    assert all(shape == [0] for shape in z3["sharded_shapes"])  # parameters really are partitioned
+    for key, values in ddp["weights"].items():
+        assert z3["weights"][key] == pytest.approx(values, rel=1e-4, abs=1e-5), key
+
+
+@pytest.mark.parametrize("name", ["resume", "resume_zero3"])
+def test_resume_continues_the_same_curve(results, name):
+    part = _ok(results, name)
+    assert part["resumed"] == pytest.approx(part["full"], **TOL)
+    for key, values in part["full_weights"].items():
+        assert part["resumed_weights"][key] == pytest.approx(values, rel=1e-5, abs=1e-6), key
+    for name in ("latest", "global_step3", "zero_to_fp32.py", "model.safetensors", "trainer_state.json"):
+        assert name in part["files"], name
+
+
+def test_zero_to_fp32_loads_into_the_plain_model(results, tmp_path):
+    from trainwell.zero import cmd_zero_to_fp32, get_fp32_state_dict_from_zero_checkpoint
+
+    sys.path.insert(0, str(JOB.parent))
+    from deepspeed_job import MLP
+
+    z3 = _ok(results, "zero3")
+    target = tmp_path / "fp32.safetensors"
+    assert cmd_zero_to_fp32([z3["checkpoint"], str(target)]) == 0
+    from safetensors.torch import load_file
+
+    state = load_file(str(target))
+    model = MLP()
+    model.load_state_dict(state, strict=True)
+    for key, values in z3["weights"].items():
+        assert state[key].dtype == torch.float32
+        assert state[key].flatten().tolist() == pytest.approx(values, rel=1e-6, abs=1e-7), key
+    again = get_fp32_state_dict_from_zero_checkpoint(z3["checkpoint"])
+    assert torch.equal(again["fc1.weight"], state["fc1.weight"])
+
+
+def test_zero3_predict_matches_single_process(results):
+    z3 = _ok(results, "zero3")
+    assert len(z3["predictions"]) == 10
+    assert z3["predictions"] == pytest.approx(z3["expected"], rel=1e-5, abs=1e-6)

@@ -1,0 +1,156 @@
+"""Launcher environments, backend choice and the evaluation shard sampler (one process, no process group)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from trainwell.data.samplers import EvalShardSampler
+from trainwell.distributed import LaunchEnv, first_slurm_host, read_launch_env
+
+ALL_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
+            "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST",
+            "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """A clean environment with none of the launchers' variables."""
+    for name in ALL_VARS:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_no_launcher(env: pytest.MonkeyPatch) -> None:
+    assert read_launch_env() == LaunchEnv()
+    assert not read_launch_env().distributed
+
+
+def test_torchrun(env: pytest.MonkeyPatch) -> None:
+    for name, value in dict(RANK="5", WORLD_SIZE="8", LOCAL_RANK="1", LOCAL_WORLD_SIZE="4").items():
+        env.setenv(name, value)
+    assert read_launch_env() == LaunchEnv(rank=5, world_size=8, local_rank=1, local_world_size=4)
+
+
+def test_deepspeed_launcher_local_size_and_argument(env: pytest.MonkeyPatch) -> None:
+    for name, value in dict(RANK="3", WORLD_SIZE="4", LOCAL_SIZE="2").items():
+        env.setenv(name, value)
+    # deepspeed also passes --local_rank; without LOCAL_RANK in the environment the argument is used
+    assert read_launch_env(local_rank_arg=1) == LaunchEnv(rank=3, world_size=4, local_rank=1, local_world_size=2)
+    env.setenv("LOCAL_RANK", "1")
+    assert read_launch_env(local_rank_arg=0).local_rank == 1  # the environment wins
+
+
+def test_legacy_launch_with_only_local_rank(env: pytest.MonkeyPatch) -> None:
+    found = read_launch_env(local_rank_arg=0)
+    assert found.distributed and found.world_size == 1 and found.rank == 0
+
+
+def test_notebook_emulation_is_one_process(env: pytest.MonkeyPatch) -> None:
+    for name, value in dict(MASTER_ADDR="localhost", MASTER_PORT="9994", RANK="0", LOCAL_RANK="0",
+                            WORLD_SIZE="1").items():
+        env.setenv(name, value)
+    found = read_launch_env()
+    assert found.distributed and found.world_size == 1
+
+
+def test_rank_without_local_rank_derives_it(env: pytest.MonkeyPatch) -> None:
+    for name, value in dict(RANK="6", WORLD_SIZE="8", LOCAL_WORLD_SIZE="4").items():
+        env.setenv(name, value)
+    assert read_launch_env().local_rank == 2
+
+
+def test_srun_without_torchrun(env: pytest.MonkeyPatch) -> None:
+    for name, value in dict(SLURM_PROCID="3", SLURM_STEP_NUM_TASKS="4", SLURM_NTASKS="4", SLURM_LOCALID="1",
+                            SLURM_STEP_TASKS_PER_NODE="2(x2)", SLURM_JOB_NODELIST="gpu[07-08]").items():
+        env.setenv(name, value)
+    assert read_launch_env() == LaunchEnv(rank=3, world_size=4, local_rank=1, local_world_size=2)
+    import os
+
+    assert os.environ["MASTER_ADDR"] == "gpu07"
+
+
+def test_sbatch_script_itself_is_not_a_process_group(env: pytest.MonkeyPatch) -> None:
+    """The batch script has SLURM_PROCID and SLURM_NTASKS but is one process: waiting for 4 would hang."""
+    env.setenv("SLURM_PROCID", "0")
+    env.setenv("SLURM_NTASKS", "4")
+    assert read_launch_env() == LaunchEnv()
+
+
+def test_mpirun(env: pytest.MonkeyPatch) -> None:
+    for name, value in dict(OMPI_COMM_WORLD_SIZE="4", OMPI_COMM_WORLD_RANK="2",
+                            OMPI_COMM_WORLD_LOCAL_RANK="0").items():
+        env.setenv(name, value)
+    found = read_launch_env()
+    assert (found.rank, found.world_size, found.local_rank) == (2, 4, 0)
+
+
+def test_bad_value_names_the_variable(env: pytest.MonkeyPatch) -> None:
+    env.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ValueError, match="WORLD_SIZE='two'"):
+        read_launch_env()
+
+
+@pytest.mark.parametrize("nodelist, first", [("node1", "node1"), ("gpu[03-05,09],cpu1", "gpu03"),
+                                             ("a1,b[2-3]", "a1"), ("x[10]", "x10")])
+def test_first_slurm_host(nodelist: str, first: str) -> None:
+    assert first_slurm_host(nodelist) == first
+
+
+def test_one_process_under_a_launcher_uses_the_single_backend(env: pytest.MonkeyPatch, tmp_path) -> None:
+    from trainwell import TrainingArguments
+    from trainwell.backends import build_backend
+    from trainwell.backends.single import SingleDeviceBackend
+
+    for name, value in dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1").items():
+        env.setenv(name, value)
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    backend = build_backend(args)
+    assert type(backend) is SingleDeviceBackend
+    assert not torch.distributed.is_initialized()
+    assert args.world_size == 1 and args.parallel_mode.value == "distributed"
+
+
+@pytest.mark.parametrize("n, batch, replicas", [(13, 2, 2), (8, 2, 2), (1, 4, 3), (10, 3, 4)])
+def test_eval_shard_sampler_gathers_back_to_dataset_order(n: int, batch: int, replicas: int) -> None:
+    shards = [list(EvalShardSampler(n, batch_size=batch, num_replicas=replicas, rank=r)) for r in range(replicas)]
+    assert len({len(s) for s in shards}) == 1  # every rank runs the same number of batches
+    gathered = []
+    for b in range(len(shards[0]) // batch):  # what the eval loop gathers, batch by batch, in rank order
+        for shard in shards:
+            gathered.extend(shard[b * batch:(b + 1) * batch])
+    assert gathered[:n] == list(range(n))
+    assert set(gathered[n:]) <= {n - 1}  # padding repeats the last sample and is cut by the loop
+
+
+def test_eval_shard_sampler_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="rank=2"):
+        EvalShardSampler(5, batch_size=2, num_replicas=2, rank=2)
+    with pytest.raises(ValueError, match="batch_size=0"):
+        EvalShardSampler(5, batch_size=0, num_replicas=2, rank=0)
+
+
+def test_setup_process_logging_levels(tmp_path, env: pytest.MonkeyPatch) -> None:
+    from trainwell import TrainingArguments
+    from trainwell.logging_utils import set_verbosity, setup_process_logging
+
+    library = logging.getLogger("trainwell")
+    before = library.level
+    try:
+        set_verbosity("info")
+        passive = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+        assert setup_process_logging(passive) == logging.INFO  # passive keeps what the user set
+        env.setenv("RANK", "1")
+        env.setenv("LOCAL_RANK", "1")
+        env.setenv("WORLD_SIZE", "2")
+        replica = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], log_level="warning",
+                                    log_level_replica="error")
+        assert setup_process_logging(replica) == logging.ERROR
+        assert library.level == logging.ERROR
+        with pytest.raises(ValueError, match="'loud'"):
+            set_verbosity("loud")
+    finally:
+        library.setLevel(before)

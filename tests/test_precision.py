@@ -1,0 +1,83 @@
+"""Mixed precision: bf16 autocast on the CPU trains and tracks fp32; fp16 with GradScaler on CUDA only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from trainwell import Trainer, TrainingArguments
+from trainwell.precision import Precision
+
+torch.set_num_threads(1)
+
+
+class DtypeProbe(nn.Module):
+    """A small MLP regression that records the dtype its hidden activations were computed in."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(4, 16)
+        self.out = nn.Linear(16, 1)
+        self.seen: set[torch.dtype] = set()
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        h = self.hidden(x)
+        self.seen.add(h.dtype)
+        pred = self.out(torch.tanh(h)).sum(-1)
+        result = {"logits": pred}
+        if labels is not None:
+            result["loss"] = nn.functional.mse_loss(pred.float(), labels)
+        return result
+
+
+def _data(n: int = 64) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 4, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 0.0])
+    return [{"x": x[i], "labels": y[i]} for i in range(n)]
+
+
+def _train(tmp_path, device_kwargs: dict, **precision) -> tuple[list[float], DtypeProbe]:
+    torch.manual_seed(0)
+    model = DtypeProbe()
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8, num_train_epochs=3,
+                             learning_rate=0.02, logging_steps=1, save_strategy="no", report_to=[],
+                             disable_tqdm=True, seed=0, **device_kwargs, **precision)
+    trainer = Trainer(model=model, args=args, train_dataset=_data())
+    trainer.train()
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h], model
+
+
+def test_bf16_autocast_on_cpu_tracks_fp32(tmp_path) -> None:
+    fp32, fp32_model = _train(tmp_path / "fp32", {"use_cpu": True})
+    bf16, bf16_model = _train(tmp_path / "bf16", {"use_cpu": True}, bf16=True)
+    assert fp32_model.seen == {torch.float32}
+    assert bf16_model.seen == {torch.bfloat16}  # autocast really ran the linear layers in bf16
+    assert len(bf16) == len(fp32) == 24
+    assert bf16[-1] < 0.5 * bf16[0]  # it trains
+    np.testing.assert_allclose(bf16, fp32, rtol=0.05, atol=0.02)  # and follows the fp32 curve
+    assert bf16 != fp32  # ... without being the same computation
+    assert all(p.dtype == torch.float32 for p in bf16_model.parameters())  # master weights stay fp32
+
+
+def test_precision_objects_are_no_ops_when_disabled() -> None:
+    plain = Precision(torch.device("cpu"))
+    assert not plain.enabled and not plain.scaler.is_enabled()
+    with plain.autocast():
+        assert not torch.is_autocast_enabled("cpu")
+    bf16 = Precision(torch.device("cpu"), dtype=torch.bfloat16)
+    with bf16.autocast():
+        assert torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+    assert not bf16.scaler.is_enabled()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 with GradScaler needs a CUDA GPU")
+def test_fp16_with_grad_scaler_on_cuda(tmp_path) -> None:
+    fp32, _ = _train(tmp_path / "fp32", {})
+    fp16, model = _train(tmp_path / "fp16", {}, fp16=True)
+    assert model.seen == {torch.float16}
+    assert fp16[-1] < 0.5 * fp16[0]
+    np.testing.assert_allclose(fp16, fp32, rtol=0.05, atol=0.02)

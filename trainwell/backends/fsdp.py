@@ -1,0 +1,299 @@
+"""Fully Sharded Data Parallel with torch FSDP2 (``torch.distributed.fsdp.fully_shard``).
+
+Parameters, gradients and optimizer state are sharded over the ranks (``DTensor`` parameters); each wrapped unit
+all-gathers its parameters for its forward and backward and reduce-scatters its gradients.
+
+``--fsdp`` options:
+
+* ``full_shard``: ``reshard_after_forward=True`` (ZeRO-3); ``shard_grad_op``: ``False`` (ZeRO-2: parameters stay
+  gathered between forward and backward);
+* ``hybrid_shard`` / ``hybrid_shard_zero2``: a 2-D mesh, replicated across nodes and sharded inside each node
+  (``LOCAL_WORLD_SIZE`` ranks); on one node it is the same as ``full_shard`` / ``shard_grad_op``;
+* ``no_shard``: handled by :class:`~trainwell.backends.ddp.DDPBackend` (plain DDP is what it means);
+* ``offload``: ``CPUOffloadPolicy`` (sharded parameters, gradients and optimizer step on the CPU);
+* ``auto_wrap``: every module whose class name is in ``fsdp_config["transformer_layer_cls_to_wrap"]`` (default: the
+  model's ``_no_split_modules``), or with ``min_num_params``, every submodule holding at least that many parameters
+  not already in a wrapped submodule, becomes its own FSDP unit; the root is always one.
+
+``fsdp_config``: ``activation_checkpointing`` (recompute the blocks' activations in backward),
+``forward_prefetch`` (each unit prefetches the next one's all-gather in forward), ``cpu_ram_efficient_loading``
+(rank 0's weights are broadcast to every rank after sharding, as ``sync_module_states`` did); ``backward_prefetch``
+and ``limit_all_gathers`` are accepted: FSDP2 always prefetches the next unit in backward and bounds the in-flight
+all-gathers by design. ``bf16``/``fp16`` become a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
+reduced in fp32), which replaces autocast.
+
+Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer state with
+``torch.distributed.checkpoint`` into ``<checkpoint>/fsdp_state`` (every rank writes its shard: fast, but the
+folder must be on a file system that every rank sees); the checkpoint also holds the consolidated
+``model.safetensors`` gathered by :meth:`full_state_dict`. ``model.load_state_dict`` accepts full (unsharded)
+tensors: they are cut into this rank's shards.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from ..checkpoint.layout import CheckpointError
+from ..precision import Precision
+from .base import Capabilities
+from .single import _NULL, SingleDeviceBackend
+
+logger = logging.getLogger(__name__)
+
+FSDP_STATE_DIR = "fsdp_state"
+
+
+def fsdp_options(args: Any) -> set[str]:
+    """The words of ``args.fsdp`` as plain strings."""
+    value = getattr(args, "fsdp", None) or []
+    if isinstance(value, str):
+        value = value.split()
+    return {getattr(option, "value", option) for option in value}
+
+
+def _mixed_precision_policy(args: Any) -> Any:
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if getattr(args, "fp16", False):
+        raise ValueError("fp16=True with fsdp is not supported by trainwell (loss scaling of sharded gradients); "
+                         "use bf16=True with fsdp, or fp16 with plain DDP (no --fsdp)")
+    if getattr(args, "bf16", False):
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return None
+
+
+def _post_order(model: nn.Module) -> list[nn.Module]:
+    """Submodules children-first (the root last), so inner units are sharded before the units containing them."""
+    order: list[nn.Module] = []
+    for child in model.children():
+        order.extend(_post_order(child))
+    order.append(model)
+    return order
+
+
+def _modules_by_class(model: nn.Module, names: list[str]) -> list[nn.Module]:
+    found = [m for m in _post_order(model)[:-1] if type(m).__name__ in names]
+    if not found:
+        raise ValueError(f"fsdp auto_wrap: no module of class {names} in {type(model).__name__}; set "
+                         "fsdp_config['transformer_layer_cls_to_wrap'] to the class name of your layers (e.g. "
+                         "'LlamaDecoderLayer') or use fsdp_config['min_num_params']")
+    return found
+
+
+def _modules_by_size(model: nn.Module, min_num_params: int) -> list[nn.Module]:
+    """Every submodule with at least ``min_num_params`` parameters outside the submodules already chosen."""
+    chosen: list[nn.Module] = []
+    covered: set[int] = set()
+    for module in _post_order(model)[:-1]:
+        own = [p for p in module.parameters() if id(p) not in covered]
+        if sum(p.numel() for p in own) >= min_num_params:
+            chosen.append(module)
+            covered.update(id(p) for p in own)
+    return chosen
+
+
+def units_to_wrap(model: nn.Module, options: set[str], config: dict[str, Any]) -> list[nn.Module]:
+    """The submodules that become FSDP units of their own under ``auto_wrap`` (children first; root excluded)."""
+    if "auto_wrap" not in options:
+        return []
+    names = config.get("transformer_layer_cls_to_wrap") or getattr(model, "_no_split_modules", None)
+    if names:
+        return _modules_by_class(model, [names] if isinstance(names, str) else list(names))
+    min_num_params = int(config.get("min_num_params") or 0)
+    if min_num_params > 0:
+        return _modules_by_size(model, min_num_params)
+    logger.warning("fsdp auto_wrap: neither fsdp_config['transformer_layer_cls_to_wrap'], the model's "
+                   "_no_split_modules, nor min_num_params is set; the whole model is one FSDP unit")
+    return []
+
+
+def _shard_full_tensors(module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+    """load_state_dict pre-hook: cut full (unsharded) tensors into this rank's shards of the DTensor parameters."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    for name, current in itertools.chain(module.named_parameters(), module.named_buffers()):
+        key = prefix + name
+        value = state_dict.get(key)
+        if isinstance(current, DTensor) and isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
+            value = value.to(device=current.device, dtype=current.dtype)
+            state_dict[key] = distribute_tensor(value, current.device_mesh, current.placements, src_data_rank=None)
+
+
+class FSDPBackend(SingleDeviceBackend):
+    """FSDP2 sharding from ``args.fsdp`` / ``args.fsdp_config``; backward and step as in one process."""
+
+    def __init__(self, args: Any, device: torch.device, precision: Precision) -> None:
+        super().__init__(device, precision, n_gpu=1, place_model_on_device=True)
+        self.args = args
+        self.options = fsdp_options(args)
+        self.config = dict(getattr(args, "fsdp_config", None) or {})
+        if self.config.get("xla"):
+            raise ValueError("fsdp_config['xla']=True: PyTorch/XLA FSDP is not supported by trainwell; remove it")
+        if self.config.get("activation_checkpointing") and getattr(args, "gradient_checkpointing", False):
+            raise ValueError("fsdp_config['activation_checkpointing'] and gradient_checkpointing=True both ask for "
+                             "activation checkpointing; keep only one of them")
+        self.mp_policy = _mixed_precision_policy(args)
+        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True)
+        self._sharded = False
+
+    # -- model -------------------------------------------------------------------------------------------------
+    def device_mesh(self) -> Any:
+        """1-D mesh over all ranks, or (nodes x ranks per node) for ``hybrid_shard``."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from ..distributed import get_world_size
+
+        world = get_world_size()
+        if not self.options & {"hybrid_shard", "hybrid_shard_zero2"}:
+            return init_device_mesh(self.device.type, (world,))
+        from ..distributed import read_launch_env
+
+        per_node = read_launch_env(getattr(self.args, "local_rank", -1)).local_world_size
+        if per_node < 1 or world % per_node:
+            raise ValueError(f"fsdp hybrid_shard needs the same number of processes on every node: world size "
+                             f"{world} is not a multiple of LOCAL_WORLD_SIZE={per_node}")
+        return init_device_mesh(self.device.type, (world // per_node, per_node),
+                                mesh_dim_names=("dp_replicate", "dp_shard"))
+
+    def shard_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``fully_shard`` for every unit."""
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        kwargs: dict[str, Any] = {"mesh": self.device_mesh(),
+                                  "reshard_after_forward": not self.options & {"shard_grad_op", "hybrid_shard_zero2"}}
+        if self.mp_policy is not None:
+            kwargs["mp_policy"] = self.mp_policy
+        if "offload" in self.options:
+            kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+        return kwargs
+
+    def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
+        """Shard ``model`` in place (its units, then the root); evaluation before training uses it as it is."""
+        if self._sharded and model is self.model:
+            return model
+        if not training:
+            model = model.to(self.device)
+            self.model = self.wrapped = model
+            return model
+        if "offload" not in self.options:
+            model = model.to(self.device)
+        full = self._rank0_weights(model)
+        if self.config.get("activation_checkpointing"):
+            from ..model_utils import enable_gradient_checkpointing
+
+            enable_gradient_checkpointing(model, getattr(self.args, "gradient_checkpointing_kwargs", None))
+        self._shard(model)
+        if full is not None:
+            self._broadcast_rank0_weights(model, full)
+        model.register_load_state_dict_pre_hook(_shard_full_tensors)
+        self.model = self.wrapped = model
+        self._sharded = True
+        return model
+
+    def _shard(self, model: nn.Module) -> None:
+        from torch.distributed.fsdp import fully_shard
+
+        kwargs = self.shard_kwargs()
+        units = units_to_wrap(model, self.options, self.config)
+        for unit in units:
+            fully_shard(unit, **kwargs)
+        fully_shard(model, **kwargs)
+        if self.config.get("forward_prefetch") in (True, "true", "True") and len(units) > 1:
+            for unit, following in zip(units, units[1:]):
+                unit.set_modules_to_forward_prefetch([following])
+        logger.info("FSDP: %d unit(s) + root, options %s", len(units), sorted(self.options))
+
+    def _rank0_weights(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        if self.config.get("cpu_ram_efficient_loading") not in (True, "true", "True"):
+            return None
+        from ..distributed import get_rank
+
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()} if get_rank() == 0 else {}
+
+    def _broadcast_rank0_weights(self, model: nn.Module, full: dict[str, torch.Tensor]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+    # -- the step ----------------------------------------------------------------------------------------------
+    def autocast(self) -> AbstractContextManager[Any]:
+        """No autocast when the mixed-precision policy casts the parameters itself."""
+        return _NULL if self.mp_policy is not None else self.precision.autocast()
+
+    def no_sync(self, sync: bool) -> AbstractContextManager[Any]:
+        """Keep gradients unsharded and unreduced on accumulation micro-steps (one reduce-scatter per step)."""
+        if sync or not self._sharded:
+            return _NULL
+        return self._without_gradient_sync()
+
+    @contextmanager
+    def _without_gradient_sync(self) -> Iterator[None]:
+        self.model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.model.set_requires_gradient_sync(True)
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
+        """Clip the sharded gradients by their global norm; returns that norm as a plain tensor."""
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+    # -- state -------------------------------------------------------------------------------------------------
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The consolidated weights on the CPU (collective: every rank must call it).
+
+        They are gathered on every saving rank (rank 0, or each node's first with ``save_on_each_node``); the
+        others get ``{}``. None before the model is sharded (its own ``state_dict()`` is then complete).
+        """
+        if not self._sharded:
+            return None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        on_each_node = bool(getattr(self.args, "save_on_each_node", False))
+        options = StateDictOptions(full_state_dict=True, cpu_offload=not on_each_node)
+        state = get_model_state_dict(self.model, options=options)
+        if not on_each_node:
+            return state
+        return {k: v.cpu() for k, v in state.items()} if self.args.should_save else {}
+
+    def save(self, folder: Path) -> None:
+        """Write the sharded model and optimizer state into ``folder/fsdp_state`` (collective)."""
+        if not self._sharded or getattr(self.args, "save_only_model", False):
+            return
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(Path(folder) / FSDP_STATE_DIR))
+
+    def load(self, folder: Path) -> None:
+        """Read what :meth:`save` wrote; raises CheckpointError when it is missing (an interrupted save)."""
+        if not self._sharded:
+            return
+        path = Path(folder) / FSDP_STATE_DIR
+        if not (path / ".metadata").is_file():
+            if getattr(self.args, "save_only_model", False):
+                logger.warning("%s has no %s (save_only_model=True); the optimizer starts fresh", folder,
+                               FSDP_STATE_DIR)
+                return
+            raise CheckpointError(f"{path}: the sharded FSDP state (model and optimizer) is missing from the "
+                                  "checkpoint (the save was interrupted); resume from an earlier checkpoint")
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optim_state}
+        try:
+            dcp.load(state, checkpoint_id=str(path))
+        except Exception as err:  # DCP wraps every reader failure in its own exception types
+            raise CheckpointError(f"{path}: cannot read the sharded FSDP state ({err})") from err
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"])
