@@ -109,6 +109,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                                       getattr(model, "model_parallel", False))
         self.place_model_on_device = args.place_model_on_device and not self.is_model_parallel
         self.backend = build_backend(args)
+        self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
         self.model = model
         self.model_wrapped = model
         if self.place_model_on_device:
@@ -246,7 +247,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     # ------------------------------------------------------------------------------------------- the step
     def _prepare_input(self, data: Any) -> Any:
         if isinstance(data, torch.Tensor):
-            return data.to(self.args.device, non_blocking=True)
+            return data.to(self._device, non_blocking=True)
         if isinstance(data, Mapping):
             return type(data)({k: self._prepare_input(v) for k, v in data.items()})
         if isinstance(data, (tuple, list)):
@@ -302,11 +303,12 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
             else:
                 loss = self.compute_loss(model, inputs)
-        if self.args.n_gpu > 1:
+        if self._n_gpu > 1:
             loss = loss.mean()
         normalised = takes_items and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
-        if num_items_in_batch is None or not normalised:
-            loss = loss / self.args.gradient_accumulation_steps
+        ga = self.args.gradient_accumulation_steps
+        if ga > 1 and (num_items_in_batch is None or not normalised):
+            loss = loss / ga
         self.backend.backward(loss)
         return loss.detach()
 
@@ -333,11 +335,12 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
-        model = unwrap_model(self.model)
-        if hasattr(model, "floating_point_ops"):
-            return model.floating_point_ops(inputs)
+        model = self.model  # always the unwrapped module
+        own = getattr(model, "floating_point_ops", None)
+        if own is not None:
+            return own(inputs)
         if self._num_params is None:
-            self._num_params = count_parameters(model)
+            self._num_params = count_parameters(unwrap_model(model))
         main = inputs.get("input_ids") if isinstance(inputs, Mapping) else None
         if main is None and isinstance(inputs, Mapping):
             main = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)

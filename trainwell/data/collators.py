@@ -51,6 +51,8 @@ def _to_mappings(features: Sequence[Any]) -> list[Mapping[str, Any]]:
     """Accept mappings or plain objects (dataclasses, namespaces) whose ``__dict__`` holds the fields."""
     if len(features) == 0:
         raise ValueError("features is empty: a collator needs at least one example to build a batch.")
+    if all(type(f) is dict for f in features):  # the common case, checked without the (slow) ABC isinstance
+        return features if isinstance(features, list) else list(features)
     rows = []
     for f in features:
         if isinstance(f, Mapping):
