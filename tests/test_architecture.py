@@ -1,0 +1,97 @@
+"""The package's layering: a lower layer never imports a higher one, and importing trainwell stays light."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trainwell"
+
+# Each top-level module/package of trainwell and its layer; a module may import only from layers <= its own.
+LAYERS: dict[str, int] = {
+    # foundations: no trainwell imports beyond layer 0
+    "trainer_utils": 0, "distributed": 0, "logging_utils": 0, "reporting": 0, "losses": 0, "model_utils": 0,
+    "precision": 0, "state": 0, "memory": 0, "deepspeed_config": 0, "data": 0, "optim": 0, "schedules": 0,
+    # configuration, events, the file format of checkpoints
+    "args": 1, "parser": 1, "events": 1, "checkpoint": 1,
+    # callbacks and execution backends (never the loops or the trainer)
+    "callbacks": 2, "backends": 2, "seq2seq_args": 2,
+    "loops": 3,
+    "trainer_checkpoints": 4, "trainer": 4,
+    "seq2seq": 5, "zero": 5, "recipes": 5,
+    "cli": 6, "__main__": 6, "__init__": 6,
+}
+# Documented exceptions: (importer, imported) pairs allowed to point up, each imported lazily inside a function.
+ALLOWED = {("trainer_utils", "checkpoint")}  # get_last_checkpoint keeps its upstream home in trainer_utils
+
+
+def _top(parts: list[str]) -> str:
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level trainwell names imported anywhere in ``path`` (module level and inside functions)."""
+    rel = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    package_parts = list(rel[:-1]) if path.name != "__init__.py" else list(rel[:-1])
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package_parts[: len(package_parts) - node.level + 1]
+                target = base + (node.module.split(".") if node.module else [])
+                if len(target) == 1 and not node.module:  # "from . import x" at the package root
+                    found.update(alias.name for alias in node.names)
+                    continue
+            elif node.module and node.module.split(".")[0] == "trainwell":
+                target = node.module.split(".")
+            else:
+                continue
+            if len(target) > 1:
+                found.add(target[1])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "trainwell" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def test_every_module_has_a_layer():
+    names = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()
+             if (p.suffix == ".py" or (p.is_dir() and (p / "__init__.py").exists()))}
+    assert names - set(LAYERS) == set(), "give the new module a layer in tests/test_architecture.py"
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_higher_layer(path: Path):
+    rel = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    owner = _top(list(rel))
+    level = LAYERS[owner]
+    upward = sorted(name for name in _imports(path)
+                    if name in LAYERS and name != owner and LAYERS[name] > level and (owner, name) not in ALLOWED)
+    assert not upward, f"{path.relative_to(PACKAGE.parent)} (layer {level}) imports higher layers: {upward}"
+
+
+def test_backends_never_import_the_loops_or_the_trainer():
+    for path in (PACKAGE / "backends").rglob("*.py"):
+        assert not _imports(path) & {"loops", "trainer", "trainer_checkpoints"}, path.name
+
+
+def test_import_is_light():
+    code = ("import sys, time; t=time.perf_counter(); import trainwell; "
+            "heavy = [m for m in ('torch', 'numpy', 'deepspeed', 'transformers', 'datasets', 'tensorboard', "
+            "'mlflow', 'optuna', 'sklearn', 'yaml', 'tqdm') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_trainer_import_pulls_no_optional_package():
+    code = ("import sys; from trainwell import Trainer, TrainingArguments; "
+            "print([m for m in ('deepspeed', 'transformers', 'datasets', 'tensorboard', 'mlflow', 'optuna', "
+            "'sklearn', 'wandb') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
