@@ -333,6 +333,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         total = torch.stack(counts).sum() if len(counts) > 1 else counts[0]
         return total.to(self.args.device)
 
+    def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
+        """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
+        main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
+        return int(main.numel()) if isinstance(main, torch.Tensor) else 0
+
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module

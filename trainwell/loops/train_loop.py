@@ -101,6 +101,9 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     for obj in (sampler, inner, getattr(dataloader, "dataset", None)):
         if obj is not None and hasattr(obj, "set_epoch"):
             obj.set_epoch(epoch)
+    generator = getattr(dataloader, "generator", None)
+    if generator is not None:  # worker seeds are drawn from it: a function of the epoch, so a resume redraws them
+        generator.manual_seed(trainer.args.seed + epoch)
     if skip_batches <= 0:
         return iter(dataloader)
     seekable = inner if inner is not None and hasattr(inner, "skip") else None
@@ -112,6 +115,39 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
+def _forward_backward(trainer: Any, model: Any, group: list[Any], tr_loss: torch.Tensor, count_items: bool,
+                      count_tokens: bool) -> None:
+    """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``tr_loss``."""
+    args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
+    num_items = trainer._count_items(group) if count_items else None
+    last = len(group) - 1
+    for i, inputs in enumerate(group):
+        if count_tokens:
+            state.num_input_tokens_seen += trainer._count_input_tokens(inputs)
+        with backend.no_sync(i == last):
+            tr_loss += trainer.training_step(model, inputs, num_items)
+        trainer.current_flos += float(trainer.floating_point_ops(inputs))
+        if i != last:
+            trainer.control = cb.on_substep_end(args, state, trainer.control)
+
+
+def _optimizer_update(trainer: Any, scheduler_per_step: bool) -> torch.Tensor | None:
+    """Clip, step the optimizer and the schedule, drop the gradients; returns the gradient norm (None unclipped)."""
+    args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
+    grad_norm = None
+    if args.max_grad_norm is not None and args.max_grad_norm > 0 and not backend.caps.handles_grad_accumulation:
+        grad_norm = backend.clip_grad_norm(args.max_grad_norm)
+    trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
+    stepped = backend.optimizer_step()
+    trainer.control = cb.on_optimizer_step(args, state, trainer.control)
+    if stepped and scheduler_per_step:
+        trainer.lr_scheduler.step()
+    elif not stepped:
+        trainer._skipped_steps += 1
+    backend.zero_grad()
+    return grad_norm
+
+
 def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
                  ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
     """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
@@ -121,18 +157,18 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     trainer._init_state(plan)
     model = trainer._prepare_for_training(plan.max_steps)
     position = trainer._resume(resume_from) if resume_from is not None else DataPosition()
-    state, cb, backend = trainer.state, trainer.callback_handler, trainer.backend
+    state, cb = trainer.state, trainer.callback_handler
     cb.train_dataloader = dataloader
-    ga = args.gradient_accumulation_steps
-    max_grad_norm = args.max_grad_norm
-    scheduler_steps_per_update = not trainer._scheduler_needs_metrics()
     tr_loss = torch.tensor(position.tr_loss, device=args.device)
     trainer._total_loss_scalar = position.total_loss
     trainer._globalstep_last_logged = position.last_logged_step
     trainer._position = position
-    count_items = trainer._needs_num_items_in_batch()
+    count_items, count_tokens = trainer._needs_num_items_in_batch(), args.include_num_input_tokens_seen
+    scheduler_per_step = not trainer._scheduler_needs_metrics()
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
+    if args.eval_on_start and resume_from is None:
+        trainer._evaluate(trial, ignore_keys_for_eval)
     grad_norm = None
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):
@@ -143,27 +179,11 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
         if args.past_index >= 0:
             trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
-        for group in _accumulation_groups(iterator, ga):
+        for group in _accumulation_groups(iterator, args.gradient_accumulation_steps):
             trainer.control = cb.on_step_begin(args, state, trainer.control)
-            num_items = trainer._count_items(group) if count_items else None
-            last = len(group) - 1
-            for i, inputs in enumerate(group):
-                with backend.no_sync(i == last):
-                    tr_loss += trainer.training_step(model, inputs, num_items)
-                trainer.current_flos += float(trainer.floating_point_ops(inputs))
-                if i != last:
-                    trainer.control = cb.on_substep_end(args, state, trainer.control)
+            _forward_backward(trainer, model, group, tr_loss, count_items, count_tokens)
             position.batches_in_epoch += len(group)
-            if max_grad_norm is not None and max_grad_norm > 0 and not backend.caps.handles_grad_accumulation:
-                grad_norm = backend.clip_grad_norm(max_grad_norm)
-            trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
-            stepped = backend.optimizer_step()
-            trainer.control = cb.on_optimizer_step(args, state, trainer.control)
-            if stepped and scheduler_steps_per_update:
-                trainer.lr_scheduler.step()
-            elif not stepped:
-                trainer._skipped_steps += 1
-            backend.zero_grad()
+            grad_norm = _optimizer_update(trainer, scheduler_per_step)
             state.global_step += 1
             state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
                                    if plan.micro_batches_per_epoch else 0.0)
