@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..reporting import speed_metrics
 from ..trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
 
 PAD_INDEX = -100
@@ -355,22 +356,6 @@ def _sum_across_ranks(value: int, device: torch.device) -> int:
 # --------------------------------------------------------------------------------------------------------------
 # Metrics helpers
 # --------------------------------------------------------------------------------------------------------------
-
-
-def speed_metrics(split: str, start_time: float, num_samples: int | None = None, num_steps: int | None = None,
-                  num_tokens: int | None = None) -> dict[str, float]:
-    """``{split}_runtime`` and, when known, ``{split}_samples_per_second`` / ``_steps_per_second`` / tokens."""
-    runtime = time.time() - start_time
-    result = {f"{split}_runtime": round(runtime, 4)}
-    if runtime == 0:
-        return result
-    if num_samples is not None:
-        result[f"{split}_samples_per_second"] = round(num_samples / runtime, 3)
-    if num_steps is not None:
-        result[f"{split}_steps_per_second"] = round(num_steps / runtime, 3)
-    if num_tokens is not None:
-        result[f"{split}_tokens_per_second"] = round(num_tokens / runtime, 3)
-    return result
 
 
 def denumpify_detensorize(metrics: Any) -> Any:
