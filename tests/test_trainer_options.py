@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from trainwell import Trainer
 
 
@@ -35,3 +37,30 @@ def test_num_input_tokens_seen_counts_every_micro_batch(tiny, make_args):
     assert trainer.state.num_input_tokens_seen == 32 * 6
     logged = [e["num_input_tokens_seen"] for e in trainer.state.log_history if "loss" in e]
     assert logged == [96, 192]
+
+
+class ShufflingStream(torch.utils.data.IterableDataset):
+    """An iterable dataset that shuffles with its own ``generator`` (and records each epoch's order)."""
+
+    def __init__(self, n: int = 16) -> None:
+        self.n = n
+        self.generator = torch.Generator()
+        self.orders: list[list[int]] = []
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=self.generator).tolist()
+        self.orders.append(order)
+        for i in order:
+            yield {"x": torch.tensor([float(i), 1.0]), "labels": torch.tensor(float(i))}
+
+
+def test_iterable_dataset_generator_is_seeded_per_epoch(tiny, make_args):
+    runs = []
+    for _ in range(2):
+        stream = ShufflingStream()
+        args = make_args(max_steps=6, per_device_train_batch_size=8)  # 2 batches an epoch: 3 epochs
+        Trainer(model=tiny.RegressionModel(), args=args, train_dataset=stream).train()
+        runs.append(stream.orders)
+    assert len(runs[0]) == 3
+    assert runs[0] == runs[1]  # reproducible
+    assert runs[0][0] != runs[0][1] != runs[0][2]  # a new order every epoch

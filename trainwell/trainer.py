@@ -82,6 +82,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self._memory_tracker.start()
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self.model_init = model_init
+        self.backend = build_backend(args)
+        self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
         if model is None:
             if model_init is None:
                 raise ValueError("Trainer needs either a `model` or a `model_init` function")
@@ -108,8 +110,6 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
                                       getattr(model, "model_parallel", False))
         self.place_model_on_device = args.place_model_on_device and not self.is_model_parallel
-        self.backend = build_backend(args)
-        self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
         self.model = model
         self.model_wrapped = model
         if self.place_model_on_device:
@@ -374,7 +374,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     def call_model_init(self, trial: Any = None) -> nn.Module:
         """Call ``model_init`` (with the trial when it takes one)."""
         takes_trial = len(inspect.signature(self.model_init).parameters) >= 1
-        model = self.model_init(trial) if takes_trial else self.model_init()
+        with self.backend.model_init_context():
+            model = self.model_init(trial) if takes_trial else self.model_init()
         if model is None:
             raise RuntimeError("model_init should not return None; it must build and return the nn.Module")
         return model

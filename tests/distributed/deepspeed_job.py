@@ -115,6 +115,19 @@ def zero3_scenario(work: str) -> dict:
             "sharded_shapes": sharded, "predictions": predictions, "expected": expected}
 
 
+def zero3_model_init_scenario(work: str) -> dict:
+    """ZeRO-3 with ``model_init``: the model is built under ``zero.Init`` (partitioned from the start) and trains."""
+    set_seed(0)
+    options = dict(output_dir=os.path.join(work, "z3init"), use_cpu=True, per_device_train_batch_size=4,
+                   gradient_accumulation_steps=2, max_steps=STEPS, learning_rate=0.05, logging_steps=1,
+                   save_strategy="no", seed=0, report_to="none", disable_tqdm=True, deepspeed=zero(3),
+                   warmup_steps=1, ddp_backend="gloo")
+    trainer = Trainer(model_init=MLP, args=TrainingArguments(**options), train_dataset=make_data())
+    partitioned = all(hasattr(p, "ds_id") for p in trainer.model.parameters())
+    trainer.train()
+    return {"partitioned_at_init": partitioned, "curve": curve(trainer), "weights": weights(trainer)}
+
+
 def main() -> None:
     result_path, work = sys.argv[1], sys.argv[2]
     results: dict = {}
@@ -127,6 +140,7 @@ def main() -> None:
         "resume": lambda: resume_scenario(work),
         "zero3": lambda: zero3_scenario(work),
         "resume_zero3": lambda: resume_scenario(work, 3),
+        "zero3_model_init": lambda: zero3_model_init_scenario(work),
     }
     only = sys.argv[3].split(",") if len(sys.argv) > 3 else list(scenarios)
     for name in only:

@@ -67,6 +67,12 @@ def test_zero3_trains_sharded_and_matches_ddp(results):
         assert z3["weights"][key] == pytest.approx(values, rel=1e-4, abs=1e-5), key
 
 
+def test_zero3_model_init_builds_partitioned_and_matches_ddp(results):
+    ddp, z3 = _ok(results, "ddp"), _ok(results, "zero3_model_init")
+    assert z3["partitioned_at_init"]  # built under deepspeed.zero.Init, never whole on one rank
+    assert z3["curve"] == pytest.approx(ddp["curve"], **TOL)
+
+
 @pytest.mark.parametrize("name", ["resume", "resume_zero3"])
 def test_resume_continues_the_same_curve(results, name):
     part = _ok(results, name)

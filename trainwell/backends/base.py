@@ -36,6 +36,9 @@ class Backend(Protocol):
     optimizer: torch.optim.Optimizer | None
     lr_scheduler: Any
 
+    def model_init_context(self) -> AbstractContextManager[None]:
+        """Context the trainer builds ``model_init``'s model in (ZeRO-3 partitions parameters at construction)."""
+
     def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
         """Move the model to the device and wrap it; returns the module to call."""
 

@@ -135,6 +135,13 @@ class DeepSpeedBackend:
         self._boundary = True
 
     # -- model ---------------------------------------------------------------------------------------------------
+    def model_init_context(self) -> AbstractContextManager[Any]:
+        """Under ZeRO-3, ``deepspeed.zero.Init``: each rank materialises only its shard of every parameter."""
+        if not self.ds_config.is_zero3():
+            return _NULL
+        config = self._resolve(None, num_training_steps=None)
+        return self.deepspeed.zero.Init(config_dict_or_path=config)
+
     def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
         """Training: keep the model (the engine is built with the optimizer); inference: a ZeRO inference engine."""
         if self.engine is not None and self.model is model:

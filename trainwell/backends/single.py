@@ -37,6 +37,10 @@ class SingleDeviceBackend:
         self.lr_scheduler: Any = None
 
     # -- model -------------------------------------------------------------------------------------------------
+    def model_init_context(self) -> AbstractContextManager[Any]:
+        """Models are built as usual."""
+        return _NULL
+
     def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
         """Move ``model`` to the device; wrap it in ``DataParallel`` when this process drives several GPUs."""
         if self.place_model_on_device:

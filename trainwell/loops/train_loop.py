@@ -101,9 +101,11 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     for obj in (sampler, inner, getattr(dataloader, "dataset", None)):
         if obj is not None and hasattr(obj, "set_epoch"):
             obj.set_epoch(epoch)
-    generator = getattr(dataloader, "generator", None)
-    if generator is not None:  # worker seeds are drawn from it: a function of the epoch, so a resume redraws them
-        generator.manual_seed(trainer.args.seed + epoch)
+    # Worker seeds are drawn from the loader's generator, and an iterable dataset may shuffle with its own: both are
+    # seeded as a function of the epoch, so every epoch differs and a resumed run redraws the same numbers.
+    for generator in (getattr(dataloader, "generator", None), getattr(dataloader.dataset, "generator", None)):
+        if isinstance(generator, torch.Generator):
+            generator.manual_seed(trainer.args.seed + epoch)
     if skip_batches <= 0:
         return iter(dataloader)
     seekable = inner if inner is not None and hasattr(inner, "skip") else None
