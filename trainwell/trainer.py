@@ -597,10 +597,23 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                 model = model.to(self.args.device)
         return model
 
-    def hyperparameter_search(self, *args: Any, **kwargs: Any) -> Any:
-        """Not available yet in trainwell."""
-        raise NotImplementedError("hyperparameter_search is not implemented in trainwell yet; run your own "
-                                  "Optuna study that builds a Trainer per trial")
+    def hyperparameter_search(self, hp_space: Callable[[Any], dict[str, Any]] | None = None,
+                              compute_objective: Callable[[dict[str, float]], Any] | None = None,
+                              n_trials: int = 20, direction: str | list[str] = "minimize", backend: Any = None,
+                              hp_name: Callable[[Any], str] | None = None, **kwargs: Any) -> Any:
+        """Search hyper-parameters with Optuna; returns the best ``BestRun`` (a list of them for several directions).
+
+        Needs ``model_init``. ``hp_space(trial)`` returns TrainingArguments overrides; each trial trains under
+        ``output_dir/run-<n>``, evaluates, and scores ``compute_objective(metrics)``; evaluations during training
+        feed the study's pruner. ``kwargs`` go to ``optuna.create_study`` (sampler, pruner, study_name, storage)
+        and ``Study.optimize`` (timeout...). The arguments and state are restored afterwards. See
+        :mod:`trainwell.hpsearch`.
+        """
+        from .hpsearch import run_hyperparameter_search
+
+        return run_hyperparameter_search(self, hp_space=hp_space, compute_objective=compute_objective,
+                                         n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
+                                         **kwargs)
 
     def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
         """Not supported: trainwell saves locally only."""
