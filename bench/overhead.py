@@ -208,10 +208,13 @@ def import_overhead(stmt: str, repeats: int) -> float | None:
 
 
 def has_transformers() -> bool:
-    """Whether transformers can be imported (checked without importing it here)."""
+    """Whether transformers.Trainer can run: transformers and accelerate importable (checked without importing).
+
+    transformers.Trainer refuses to start without accelerate (``pip install transformers[torch]``).
+    """
     import importlib.util
 
-    return importlib.util.find_spec("transformers") is not None
+    return all(importlib.util.find_spec(name) is not None for name in ("transformers", "accelerate"))
 
 
 # ------------------------------------------------------------------------------------------------- report
@@ -268,7 +271,7 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(f"import time added to `import torch` by `from {name} import Trainer, TrainingArguments`: "
                      f"{shown} (median of {cfg['import_repeats']})")
     if "transformers" not in seconds:
-        lines.append("(transformers is not installed: its runner and import timing were skipped)")
+        lines.append("(transformers or accelerate is not installed: its runner and import timing were skipped)")
     return "\n".join(lines)
 
 

@@ -184,10 +184,10 @@ def main() -> int:
         print(json.dumps(worker(options.worker, options.batches)))
         return 0
     ok = report("trainwell")
-    if _importable("transformers"):
+    if _importable("transformers") and _importable("accelerate"):  # transformers.Trainer needs accelerate
         report("transformers")
     else:
-        print("\n(transformers is not installed: no comparison)")
+        print("\n(transformers or accelerate is not installed: no comparison)")
     return 0 if ok else 1
 
 

@@ -50,10 +50,14 @@ def _checkpointed_forward(forward: Any, kwargs: dict[str, Any], module: nn.Modul
 def enable_gradient_checkpointing(model: nn.Module, kwargs: dict[str, Any] | None = None) -> int:
     """Turn on activation checkpointing; returns the number of wrapped blocks (0 when the model does it itself).
 
-    A model with ``gradient_checkpointing_enable`` (transformers) is asked to do it; for a plain module every block
-    of every ``nn.ModuleList`` (the usual stack of layers) recomputes its activations in backward.
+    A transformers model is asked to do it: ``activation_checkpointing_enable`` (transformers >= 5.2x, where
+    ``gradient_checkpointing_enable`` is a deprecated alias) or ``gradient_checkpointing_enable``. For a plain
+    module every block of every ``nn.ModuleList`` (the usual stack of layers) recomputes its activations in backward.
     """
     kwargs = dict(kwargs or {})
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None)
+        return 0
     if hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
         return 0
