@@ -15,6 +15,10 @@ def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]
     Raises a ValueError that says what the model must return (and whether the batch even had labels).
     """
     loss = None
+    if type(outputs) is dict:  # fast path for the most common output
+        loss = outputs.get("loss")
+        if isinstance(loss, torch.Tensor):
+            return loss
     if isinstance(outputs, Mapping):
         loss = outputs.get("loss")
     elif isinstance(outputs, (tuple, list)):

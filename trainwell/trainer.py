@@ -133,6 +133,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self._skipped_steps = 0
         self._past: Any = None
         self._num_params: int | None = None
+        self._flops_owner: nn.Module | None = None
+        self._model_flops: Callable[[Any], int] | None = None
         self._init_checkpointing()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
@@ -256,6 +258,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
+        if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
+            device = self._device
+            return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
+                    for k, v in inputs.items()}
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
@@ -341,9 +347,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module
-        own = getattr(model, "floating_point_ops", None)
-        if own is not None:
-            return own(inputs)
+        if self._flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
+            self._flops_owner, self._model_flops = model, getattr(model, "floating_point_ops", None)
+        if self._model_flops is not None:
+            return self._model_flops(inputs)
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
         main = inputs.get("input_ids") if isinstance(inputs, Mapping) else None

@@ -29,6 +29,7 @@ class SingleDeviceBackend:
         self.device = device
         self.precision = precision
         self.scaler = precision.scaler
+        self._scaling = self.scaler.is_enabled()  # fp16: every step goes through the loss scaler
         self.n_gpu = n_gpu
         self.place_model_on_device = place_model_on_device
         self.model: nn.Module | None = None
@@ -65,19 +66,20 @@ class SingleDeviceBackend:
 
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate, through the loss scaler when fp16 is on."""
-        if self.n_gpu > 1:
-            loss = loss.mean()
-        self.scaler.scale(loss).backward()
+        if self._scaling:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
         """Unscale (fp16) then clip all gradients to ``max_norm``; returns the norm before clipping."""
-        if self.scaler.is_enabled():
+        if self._scaling:
             self.scaler.unscale_(self.optimizer)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
     def optimizer_step(self) -> bool:
         """Step; with fp16, a step whose gradients overflowed is skipped by the scaler and False is returned."""
-        if not self.scaler.is_enabled():
+        if not self._scaling:
             self.optimizer.step()
             return True
         scale_before = self.scaler.get_scale()
