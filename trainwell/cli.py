@@ -291,7 +291,8 @@ def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, An
 def format_summary(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, Any],
                    extra: Sequence[tuple[str, str]] = ()) -> str:
     """A boxed two-column table of :func:`summary_rows` plus the recipe's ``extra`` rows."""
-    rows = summary_rows(recipe, args, result, eval_metrics) + list(extra)
+    rows = [(label, " ".join(value.split())) for label, value in summary_rows(recipe, args, result, eval_metrics)
+            + list(extra)]  # one line per value: a generated sample may hold newlines and tabs
     width = max(len(label) for label, _ in rows)
     value_width = min(100, max(len(value) for _, value in rows))
     rule = "+" + "-" * (width + 2) + "+" + "-" * (value_width + 2) + "+"
