@@ -84,15 +84,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.model_init = model_init
         self.backend = build_backend(args)
         self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
-        if model is None:
-            if model_init is None:
-                raise ValueError("Trainer needs either a `model` or a `model_init` function")
-            model = self.call_model_init()
-        elif model_init is not None:
-            warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
-                          "train() call and overrides `model`", UserWarning, stacklevel=2)
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+        model = self._initial_model(model, model_init)
         self.processing_class = processing_class
         if data_collator is None:
             data_collator = (DataCollatorWithPadding(processing_class) if hasattr(processing_class, "pad")
@@ -107,19 +99,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
-        self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
-                                      getattr(model, "model_parallel", False))
-        self.place_model_on_device = args.place_model_on_device and not self.is_model_parallel
-        self.model = model
-        self.model_wrapped = model
-        if self.place_model_on_device:
-            self.model = model.to(args.device)
-            self.model_wrapped = self.model
+        self._adopt_model(model)
         self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
-        params = forward_parameters(self.model)
         self.label_names = list(args.label_names) if args.label_names else ["labels"]
-        self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
-        self.model_accepts_loss_kwargs = accepts_loss_kwargs(self.model)
         self._signature_columns: list[str] | None = None
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
                                   is_world_process_zero=self.is_world_process_zero())
@@ -138,6 +120,30 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self._init_checkpointing()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
+
+    def _initial_model(self, model: nn.Module | None, model_init: Callable[..., nn.Module] | None) -> nn.Module:
+        """The model passed in, or the one ``model_init`` builds; a clear error for anything else."""
+        if model is None:
+            if model_init is None:
+                raise ValueError("Trainer needs either a `model` or a `model_init` function")
+            model = self.call_model_init()
+        elif model_init is not None:
+            warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
+                          "train() call and overrides `model`", UserWarning, stacklevel=2)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+        return model
+
+    def _adopt_model(self, model: nn.Module) -> None:
+        """Place ``model`` on the device and read what its forward signature tells (return_loss, loss kwargs)."""
+        self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
+                                      getattr(model, "model_parallel", False))
+        self.place_model_on_device = self.args.place_model_on_device and not self.is_model_parallel
+        self.model = model.to(self.args.device) if self.place_model_on_device else model
+        self.model_wrapped = self.model
+        params = forward_parameters(self.model)
+        self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
+        self.model_accepts_loss_kwargs = accepts_loss_kwargs(self.model)
 
     # ------------------------------------------------------------------------------------------------ callbacks
     def add_callback(self, callback: TrainerCallback | type) -> None:
@@ -401,8 +407,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.is_in_train = True
         if self.model_init is not None:
             enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
-            self.model = self.call_model_init(trial)
-            self.model_wrapped = self.model
+            self._adopt_model(self.call_model_init(trial))
             self.optimizer, self.lr_scheduler = None, None
         resume_from = self._resolve_resume(resume_from_checkpoint)
         try:
