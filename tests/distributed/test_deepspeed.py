@@ -108,3 +108,18 @@ def test_zero3_predict_matches_single_process(results):
     z3 = _ok(results, "zero3")
     assert len(z3["predictions"]) == 10
     assert z3["predictions"] == pytest.approx(z3["expected"], rel=1e-5, abs=1e-6)
+
+
+def test_notebook_emulation_single_process(tmp_path):
+    """The seeds' one-process launch (env vars, no launcher): ZeRO-2 and ZeRO-3 give the plain run's curve."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(JOB.with_name("deepspeed_notebook_job.py")), str(tmp_path)],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("CURVES ")]
+    assert proc.returncode == 0 and lines, f"job failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    curves = json.loads(lines[0].removeprefix("CURVES "))
+    assert curves["zero2"]["backend"] == curves["zero3"]["backend"] == "DeepSpeedBackend"
+    assert len(curves["plain"]["curve"]) == 4
+    for name in ("zero2", "zero3"):
+        assert curves[name]["curve"] == pytest.approx(curves["plain"]["curve"], **TOL)
