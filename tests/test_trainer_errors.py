@@ -152,3 +152,11 @@ def test_nan_loss_diverges_clearly_and_last_checkpoint_still_loads(tiny, make_ar
     result = resumed.train(resume_from_checkpoint=folder)
     assert result.global_step == 4
     assert all(torch.isfinite(p).all() for p in resumed.model.parameters())
+
+
+def test_unknown_argument_suggests_the_closest_field():
+    from trainwell import Seq2SeqTrainingArguments, TrainingArguments
+
+    for cls in (TrainingArguments, Seq2SeqTrainingArguments):
+        with pytest.raises(TypeError, match=r"'learning_rat' \(did you mean 'learning_rate'\?\)"):
+            cls(output_dir="unused", learning_rat=1e-3)

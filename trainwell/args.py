@@ -176,6 +176,30 @@ def _runs_on_cpu(use_cpu: bool) -> bool:
     return not torch.cuda.is_available() and not (mps is not None and mps.is_available())
 
 
+def suggest_unknown_arguments(cls: type) -> type:
+    """Class decorator: an unknown keyword argument is a TypeError that suggests the closest field name."""
+    import difflib
+    import functools
+
+    init = cls.__init__
+    names = frozenset(f.name for f in fields(cls) if f.init)
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [key for key in kwargs if key not in names]
+        if unknown:
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, names, n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument: {', '.join(hints)}")
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@suggest_unknown_arguments
 @dataclass
 class TrainingArguments:
     """The arguments of the training loop (upstream ``transformers.TrainingArguments`` names and defaults).

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from .args import TrainingArguments, _f
+from .args import TrainingArguments, _f, suggest_unknown_arguments
 
 
+@suggest_unknown_arguments
 @dataclass(repr=False)
 class Seq2SeqTrainingArguments(TrainingArguments):
     """Training arguments for sequence-to-sequence models (upstream names and defaults).
