@@ -272,3 +272,43 @@ def test_preemption_with_save_strategy_no_saves_nothing(tmp_path: Path) -> None:
     trainer.train()
     assert trainer.preempted and trainer.state.global_step == 2
     assert not tmp_path.exists() or names(tmp_path) == []
+
+
+def test_disk_full_during_a_save_is_a_clear_error_and_keeps_earlier_checkpoints(tmp_path, monkeypatch):
+    import errno
+
+    from trainwell.checkpoint import manager as manager_module
+    from trainwell.checkpoint.layout import list_complete_checkpoints
+
+    data = [{"x": torch.randn(2), "labels": torch.randn(())} for _ in range(16)]
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=4, save_steps=2,
+                             report_to="none", disable_tqdm=True)
+    trainer = Trainer(model=_DiskModel(), args=args, train_dataset=data)
+    real_save = manager_module._torch_save
+    calls = {"n": 0}
+
+    def filling_disk(obj, path):
+        if trainer.state.global_step >= 4:  # the second checkpoint hits a full disk half-way
+            calls["n"] += 1
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(obj, path)
+
+    monkeypatch.setattr(manager_module, "_torch_save", filling_disk)
+    with pytest.raises(OSError, match=r"no space left .*checkpoint-4.*intact \(newest: .*checkpoint-2\).*save_total_limit"):
+        trainer.train()
+    assert calls["n"] == 1
+    assert [p.name for p in list_complete_checkpoints(tmp_path)] == ["checkpoint-2"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+    resumed = Trainer(model=_DiskModel(), args=args, train_dataset=data)
+    monkeypatch.setattr(manager_module, "_torch_save", real_save)
+    assert resumed.train(resume_from_checkpoint=True).global_step == 4
+
+
+class _DiskModel(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+
+    def forward(self, x, labels=None):
+        pred = self.linear(x).squeeze(-1)
+        return {"loss": torch.nn.functional.mse_loss(pred, labels), "logits": pred}

@@ -16,6 +16,7 @@ This module imports neither torch nor numpy.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -248,6 +249,16 @@ def atomic_checkpoint_dir(final: str | os.PathLike) -> Iterator[Path]:
         (tmp / COMPLETE_MARKER).unlink(missing_ok=True)  # the caller may not pre-empt the marker
         write_marker(tmp, _fsync_tree(tmp))
         _replace_folder(tmp, final)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            kept = list_complete_checkpoints(final.parent)
+            raise OSError(err.errno, (
+                f"no space left on the disk of {final.parent} while writing {final.name} ({err}); the half-written "
+                f"folder was removed and the checkpoints already saved are intact (newest: "
+                f"{kept[-1] if kept else 'none'}). Free disk space, lower save_total_limit, or set "
+                f"save_only_model=True to write smaller checkpoints")) from err
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
