@@ -38,7 +38,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
            "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
            str(JOB), str(out), str(work)]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and out.is_file(), f"job failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return json.loads(out.read_text())
 
@@ -115,7 +115,7 @@ def test_notebook_emulation_single_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, str(JOB.with_name("deepspeed_notebook_job.py")), str(tmp_path)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("CURVES ")]
     assert proc.returncode == 0 and lines, f"job failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     curves = json.loads(lines[0].removeprefix("CURVES "))
