@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from trainwell import Trainer
@@ -64,3 +65,32 @@ def test_iterable_dataset_generator_is_seeded_per_epoch(tiny, make_args):
     assert len(runs[0]) == 3
     assert runs[0] == runs[1]  # reproducible
     assert runs[0][0] != runs[0][1] != runs[0][2]  # a new order every epoch
+
+
+class InfAtThirdStep(torch.nn.Module):
+    """Regression whose 3rd training loss is +inf with a zero gradient (an fp16 overflow step); records the others."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 1)
+        self.losses: list[float] = []
+
+    def forward(self, x, labels=None):
+        loss = torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), labels)
+        if self.training:
+            self.losses.append(loss.item())
+            if len(self.losses) == 3:
+                loss = loss * 0.0 + float("inf")
+        return {"loss": loss}
+
+
+def test_nan_inf_filter_counts_a_bad_step_as_the_running_average(tiny, make_args):
+    model = InfAtThirdStep()
+    args = make_args(max_steps=4, logging_steps=4, optim="sgd", logging_nan_inf_filter=True)
+    trainer = Trainer(model=model, args=args, train_dataset=tiny.regression_data(64))
+    trainer.train()
+    a, b, _, d = model.losses
+    running = a + b
+    expected = (running + running / 3 + d) / 4  # upstream: the bad step adds tr_loss / (1 + step - last_logged)
+    logged = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    assert logged[0] == pytest.approx(expected, rel=1e-5)

@@ -49,6 +49,8 @@ _EXPORTS: dict[str, str] = {
     "DataCollatorWithPadding": "data.collators",
     "DataCollatorForSeq2Seq": "data.collators",
     "DataCollatorForLanguageModeling": "data.collators",
+    "DataCollatorForTokenClassification": "data.collators",
+    "DefaultDataCollator": "data.collators",
     # optimisation
     "get_scheduler": "schedules",
     "get_linear_schedule_with_warmup": "schedules",

@@ -241,7 +241,8 @@ class TrainingArguments:
     lr_scheduler_kwargs: dict | str | None = _f(help="Extra scheduler arguments (dict or JSON string).",
                                                 factory=dict)
     warmup_ratio: float = _f(0.0, "Fraction of the total steps used for a linear warmup.")
-    warmup_steps: int = _f(0, "Steps of linear warmup; overrides warmup_ratio.")
+    warmup_steps: float = _f(0, "Steps of linear warmup (or a ratio in (0, 1) of the run); overrides "
+                                "warmup_ratio.")
     # --- logging
     log_level: str = _f("passive", "Log level of the main process ('passive' keeps the library's level).",
                         choices=list(trainer_log_levels))
@@ -481,26 +482,24 @@ class TrainingArguments:
             logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
 
     def _resolve_step_intervals(self) -> None:
-        for name in ("logging_steps", "eval_steps", "save_steps"):
+        for name in ("logging_steps", "eval_steps", "save_steps", "warmup_steps"):
             setattr(self, name, _normalise_steps(name, getattr(self, name)))
         if self.logging_strategy == IntervalStrategy.STEPS and self.logging_steps == 0:
             raise ValueError("logging_strategy='steps' needs logging_steps > 0; set logging_steps or "
                              "use logging_strategy='no'/'epoch'.")
         if self.eval_strategy == IntervalStrategy.STEPS:
-            if self.eval_steps is None:
+            if not self.eval_steps:  # None or 0 (upstream treats 0 as unset): use logging_steps
                 if not self.logging_steps:
                     raise ValueError("eval_strategy='steps' needs eval_steps > 0 (or logging_steps > 0).")
                 self.eval_steps = self.logging_steps
-            elif self.eval_steps == 0:
-                raise ValueError("eval_steps=0 with eval_strategy='steps': set eval_steps to a positive "
-                                 "number of steps (or a ratio in (0, 1)), or leave it unset to use logging_steps.")
         if self.save_strategy == SaveStrategy.STEPS and self.save_steps == 0:
             raise ValueError("save_steps=0 with save_strategy='steps': set save_steps > 0 or save_strategy='no'.")
         if self.eval_strategy != IntervalStrategy.NO:
             self.do_eval = True
 
     def _resolve_best_model(self) -> None:
-        if self.load_best_model_at_end and self.metric_for_best_model is None:
+        needs_metric = self.load_best_model_at_end or self.lr_scheduler_type == SchedulerType.REDUCE_ON_PLATEAU
+        if needs_metric and self.metric_for_best_model is None:
             self.metric_for_best_model = "loss"
         if self.greater_is_better is None and self.metric_for_best_model is not None:
             self.greater_is_better = not self.metric_for_best_model.endswith("loss")
@@ -621,6 +620,8 @@ class TrainingArguments:
             self.disable_tqdm = self._main_log_level() > logging.WARNING
         if self.run_name is None:
             self.run_name = self.output_dir
+        if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU
+            self.dataloader_pin_memory = False
 
     # ------------------------------------------------------------------ runtime (lazy)
     def _runtime(self) -> tuple[Any, torch.device, int]:
@@ -752,8 +753,12 @@ class TrainingArguments:
         return logging.WARNING if level == -1 else level
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
-        """Warmup steps: ``warmup_steps`` if > 0, else ``ceil(warmup_ratio * num_training_steps)``."""
-        return self.warmup_steps if self.warmup_steps > 0 else math.ceil(num_training_steps * self.warmup_ratio)
+        """Warmup steps: ``warmup_steps`` if >= 1, ``ceil(warmup_steps * num_training_steps)`` for a ratio in
+        (0, 1), else ``ceil(warmup_ratio * num_training_steps)``."""
+        if self.warmup_steps >= 1:
+            return int(self.warmup_steps)
+        ratio = self.warmup_steps if self.warmup_steps > 0 else self.warmup_ratio
+        return math.ceil(num_training_steps * ratio)
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -853,13 +858,13 @@ class TrainingArguments:
         return self
 
     def set_lr_scheduler(self, name: str | SchedulerType = "linear", num_epochs: float = 3.0, max_steps: int = -1,
-                         warmup_ratio: float = 0, warmup_steps: int = 0) -> TrainingArguments:
+                         warmup_ratio: float = 0, warmup_steps: float = 0) -> TrainingArguments:
         """Set the learning-rate schedule and run length; returns self."""
         self.lr_scheduler_type = _to_enum(SchedulerType, name, "lr_scheduler_type")
         if not 0 <= warmup_ratio <= 1:
             raise ValueError(f"set_lr_scheduler(warmup_ratio={warmup_ratio}) must lie in [0, 1].")
         self.num_train_epochs, self.max_steps = num_epochs, max_steps
-        self.warmup_ratio, self.warmup_steps = warmup_ratio, warmup_steps
+        self.warmup_ratio, self.warmup_steps = warmup_ratio, _normalise_steps("warmup_steps", warmup_steps)
         return self
 
     def set_dataloader(self, train_batch_size: int = 8, eval_batch_size: int = 8, drop_last: bool = False,

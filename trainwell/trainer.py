@@ -469,10 +469,13 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
         steps = self.state.global_step - self._globalstep_last_logged
+        self._settle_loss_window(tr_loss)
         window = mean_across_ranks(tr_loss).item()  # the loss of the whole global batch, as one process logs it
         tr_loss.zero_()
-        if not math.isfinite(window):
+        self._window_base = 0.0
+        if not math.isfinite(window) or self._window_filtered:
             self._check_diverged(window, steps)
+        self._window_filtered = False
         logs: dict[str, float] = {"loss": window / steps}
         if grad_norm is not None:
             logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
@@ -482,9 +485,41 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.store_flos()
         self.log(logs)
 
+    def _settle_loss_window(self, tr_loss: torch.Tensor) -> float:
+        """The loss summed since the last log, with ``logging_nan_inf_filter`` applied; one device sync.
+
+        The filter (as upstream) counts a nan/inf micro-batch loss as the window's running average. The loop only
+        records the step losses; they are replayed here, and only when the sum is not finite, so the hot path
+        pays a list append instead of tensor operations.
+        """
+        total = tr_loss.item()
+        steps = self._window_losses
+        if not steps:
+            return total
+        if not math.isfinite(total):
+            total = self._window_base
+            ga = self.args.gradient_accumulation_steps
+            for global_step, loss in steps:
+                value = float(loss)
+                window = 1 + global_step - self._globalstep_last_logged
+                total += value if math.isfinite(value) else total / (window * ga)
+            tr_loss.fill_(total)
+            self._window_filtered = True
+        steps.clear()
+        self._window_base = total
+        return total
+
     def _check_diverged(self, window: float, steps: int) -> None:
-        """A non-finite loss: warn when the weights are still finite (fp16 overflow, skipped), else stop clearly."""
+        """A non-finite loss: warn when the weights are still finite (fp16 overflow, skipped), else stop clearly.
+
+        With ``logging_nan_inf_filter`` the window is finite (the bad steps were replaced): then only the weights
+        are checked, silently.
+        """
         finite = all(torch.isfinite(p).all() for p in self.model.parameters())
+        if math.isfinite(window):
+            window = float("nan")  # the real loss, filtered out of the logged window
+            if finite:
+                return
         if finite:
             logger.warning("The training loss was %s in some of the last %d steps (the weights are still finite; "
                            "with fp16 these steps were skipped by the loss scaler).", window, steps)
@@ -528,6 +563,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
+        self._settle_loss_window(tr_loss)
         self._total_loss_scalar += mean_across_ranks(tr_loss).item()
         steps = max(self.state.global_step, 1)
         train_loss = self._total_loss_scalar / steps

@@ -94,13 +94,33 @@ class TrainerCheckpointing:
         logger.info("Resuming training from %s", folder)
         self._adopt_state(result["trainer_state"])
         data_state = result["data_state"]
-        if data_state is None:  # a checkpoint written by another tool: derive the position from the step
-            plan = self._plan
-            per_epoch = plan.updates_per_epoch or 1
-            data_state = {"epoch": self.state.global_step // per_epoch,
+        if data_state is not None and self._data_shape_changed(data_state):
+            data_state = {k: v for k, v in data_state.items() if k not in ("epoch", "batches_in_epoch")}
+        if data_state is None or "epoch" not in data_state:
+            # written by another tool, or for another epoch shape: derive the position from the step (as upstream)
+            per_epoch = self._plan.updates_per_epoch or 1
+            data_state = {**(data_state or {}), "epoch": self.state.global_step // per_epoch,
                           "batches_in_epoch": (self.state.global_step % per_epoch)
                           * self.args.gradient_accumulation_steps}
         return DataPosition.from_dict(data_state)
+
+    def _data_shape_changed(self, data_state: dict[str, Any]) -> bool:
+        """Whether the saved position counts batches of another size or epochs of another length (then warn)."""
+        plan, saved_batch = self._plan, data_state.get("train_batch_size")
+        saved_per_epoch = data_state.get("batches_per_epoch")
+        changes = []
+        if saved_batch is not None and saved_batch != self.args.train_batch_size:
+            changes.append(f"train_batch_size {saved_batch} -> {self.args.train_batch_size}")
+        if saved_per_epoch is not None and plan.micro_batches_per_epoch is not None and \
+                saved_per_epoch != plan.micro_batches_per_epoch:
+            changes.append(f"batches per epoch {saved_per_epoch} -> {plan.micro_batches_per_epoch}")
+        if not changes:
+            return False
+        logger.warning("The checkpoint was written with another data shape (%s): the exact data position cannot "
+                       "be restored, so training continues from global_step %d (epoch and batch derived from it, "
+                       "as upstream). Keep per_device_train_batch_size and the dataset unchanged for an exact "
+                       "resume.", ", ".join(changes), self.state.global_step)
+        return True
 
     def _whole_parameters(self) -> Any:
         """A context in which a sharded backend's parameters are whole, so full weights load into them (ZeRO-3)."""
@@ -158,8 +178,8 @@ class TrainerCheckpointing:
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
         if tr_loss is not None:
-            window = tr_loss.item()
-            if not math.isfinite(window):
+            window = self._settle_loss_window(tr_loss)
+            if not math.isfinite(window) or self._window_filtered:
                 self._check_diverged(window, self.state.global_step - self._globalstep_last_logged)
         step = self.state.global_step
         folder = self._checkpoints.checkpoint_dir(step)

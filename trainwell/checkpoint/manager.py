@@ -234,10 +234,10 @@ class CheckpointManager:
         if not layout.is_complete(folder):
             inside = layout.list_complete_checkpoints(folder)
             hint = (f"; it looks like an output_dir: pass {inside[-1]} or resume_from_checkpoint=True"
-                    if inside else "; if the folder was written by another tool and is known to be complete, "
-                    f"create the marker with `touch {folder / layout.COMPLETE_MARKER}`")
+                    if inside else " (the save was interrupted?); if the folder was written by another tool and is "
+                    f"known to be complete, create the marker with `touch {folder / layout.COMPLETE_MARKER}`")
             raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is not a complete checkpoint: "
-                             f"the marker file {layout.COMPLETE_MARKER} is missing (the save was interrupted){hint}")
+                             f"the marker file {layout.COMPLETE_MARKER} is missing{hint}")
         return folder
 
     # ------------------------------------------------------------------------------------------ load

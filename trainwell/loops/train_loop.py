@@ -21,6 +21,11 @@ from ..data.loader import has_length
 from ..trainer_utils import TrainOutput
 
 
+# With logging_nan_inf_filter, the step losses of a window are kept for the rare case of a nan/inf; beyond this
+# many micro-batches without a log they are folded in (one device sync), so the list stays small.
+WINDOW_SETTLE_EVERY = 4096
+
+
 @dataclass
 class TrainPlan:
     """How long training runs, computed from the data and the arguments."""
@@ -46,6 +51,9 @@ class DataPosition:
     tr_loss: float = 0.0  # loss summed since the last log
     total_loss: float = 0.0  # loss summed over the logged windows (for train_loss)
     last_logged_step: int = 0
+    # The epoch's shape when saved: a resume with another batch size or dataset length cannot reuse the batch count.
+    batches_per_epoch: int | None = None
+    train_batch_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -121,13 +129,19 @@ def _forward_backward(trainer: Any, model: Any, group: list[Any], tr_loss: torch
                       count_tokens: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``tr_loss``."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
+    window_losses = trainer._window_losses
     num_items = trainer._count_items(group) if count_items else None
     last = len(group) - 1
     for i, inputs in enumerate(group):
         if count_tokens:
             state.num_input_tokens_seen += trainer._count_input_tokens(inputs)
         with backend.no_sync(i == last):
-            tr_loss += trainer.training_step(model, inputs, num_items)
+            step_loss = trainer.training_step(model, inputs, num_items)
+        tr_loss += step_loss
+        if window_losses is not None:  # logging_nan_inf_filter: kept to filter a nan/inf at log time (no tensor op)
+            window_losses.append((state.global_step, step_loss))
+            if len(window_losses) >= WINDOW_SETTLE_EVERY:
+                trainer._settle_loss_window(tr_loss)
         trainer.current_flos += float(trainer.floating_point_ops(inputs))
         if i != last:
             trainer.control = cb.on_substep_end(args, state, trainer.control)
@@ -165,6 +179,9 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     trainer._total_loss_scalar = position.total_loss
     trainer._globalstep_last_logged = position.last_logged_step
     trainer._position = position
+    trainer._window_losses = [] if args.logging_nan_inf_filter else None
+    trainer._window_base, trainer._window_filtered = position.tr_loss, False
+    position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, args.train_batch_size
     count_items, count_tokens = trainer._needs_num_items_in_batch(), args.include_num_input_tokens_seen
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     start_time = time.time()
