@@ -166,3 +166,14 @@ def test_trainer_public_methods_keep_upstream_parameter_names():
     for method, names in expected.items():
         params = [p for p in inspect.signature(getattr(Trainer, method)).parameters if p not in ("self", "kwargs")]
         assert params[: len(names)] == names, method
+
+
+def test_trainer_utils_helpers_import_from_their_upstream_home():
+    from trainwell.trainer_utils import (HPSearchBackend, default_compute_objective, denumpify_detensorize,
+                                         has_length, speed_metrics)
+
+    assert HPSearchBackend("optuna").value == "optuna"
+    assert default_compute_objective({"eval_loss": 0.5, "epoch": 1.0}) == 0.5
+    assert has_length([1, 2]) and not has_length(iter([1]))
+    assert "test_runtime" in speed_metrics("test", 0.0)
+    assert denumpify_detensorize({"a": __import__("numpy").float32(1.5)}) == {"a": 1.5}

@@ -227,3 +227,25 @@ def is_checkpoint_name(name: str) -> int | None:
     """The step of a ``checkpoint-<step>`` folder name, or None for any other name."""
     match = _re_checkpoint.match(name)
     return int(match.group(1)) if match else None
+
+
+# Upstream keeps these helpers in ``trainer_utils``; here they live with the code that uses them. Resolved lazily
+# (PEP 562) so that ``from trainwell.trainer_utils import HPSearchBackend`` ports unchanged and this module stays the
+# bottom layer at import time.
+_ELSEWHERE = {
+    "HPSearchBackend": "hpsearch",
+    "default_compute_objective": "hpsearch",
+    "default_hp_space_optuna": "hpsearch",
+    "speed_metrics": "reporting",
+    "denumpify_detensorize": "loops.eval_loop",
+    "has_length": "data.loader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainwell.trainer_utils' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"trainwell.{module}"), name)
