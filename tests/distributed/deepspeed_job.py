@@ -80,7 +80,8 @@ def weights(trainer: Trainer) -> dict[str, list]:
 def train(work: str, name: str, deepspeed: dict | None, **kw: object) -> dict:
     trainer = make_trainer(os.path.join(work, name), deepspeed, **kw)
     trainer.train()
-    return {"curve": curve(trainer), "weights": weights(trainer)}
+    norms = [entry.get("grad_norm") for entry in trainer.state.log_history if "loss" in entry]
+    return {"curve": curve(trainer), "weights": weights(trainer), "grad_norms": norms}
 
 
 def resume_scenario(work: str, stage: int = 2) -> dict:

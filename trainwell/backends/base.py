@@ -57,6 +57,9 @@ class Backend(Protocol):
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
         """Unscale and clip gradients; returns the total norm before clipping."""
 
+    def last_grad_norm(self) -> torch.Tensor | None:
+        """The gradient norm the last optimizer step measured, for backends that clip inside it (DeepSpeed)."""
+
     def optimizer_step(self) -> bool:
         """Step the optimizer; False when the step was skipped (fp16 overflow)."""
 

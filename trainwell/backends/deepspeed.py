@@ -202,6 +202,10 @@ class DeepSpeedBackend:
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
         """DeepSpeed clips (``gradient_clipping``) inside its step; returns the last global gradient norm."""
+        return self.last_grad_norm()
+
+    def last_grad_norm(self) -> torch.Tensor | None:
+        """The global gradient norm DeepSpeed measured in its last step (before clipping)."""
         norm = self.engine.get_global_grad_norm()
         return None if norm is None else torch.as_tensor(float(norm))
 

@@ -77,6 +77,10 @@ class SingleDeviceBackend:
             self.scaler.unscale_(self.optimizer)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
+    def last_grad_norm(self) -> torch.Tensor | None:
+        """None: the loop measures the norm itself through :meth:`clip_grad_norm`."""
+        return None
+
     def optimizer_step(self) -> bool:
         """Step; with fp16, a step whose gradients overflowed is skipped by the scaler and False is returned."""
         if not self._scaling:

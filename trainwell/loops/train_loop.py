@@ -155,6 +155,8 @@ def _optimizer_update(trainer: Any, scheduler_per_step: bool) -> torch.Tensor | 
         grad_norm = backend.clip_grad_norm(args.max_grad_norm)
     trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
     stepped = backend.optimizer_step()
+    if backend.caps.handles_grad_accumulation:  # the engine clipped inside its step: ask it for the norm
+        grad_norm = backend.last_grad_norm()
     trainer.control = cb.on_optimizer_step(args, state, trainer.control)
     if stepped and scheduler_per_step:
         trainer.lr_scheduler.step()
