@@ -26,7 +26,7 @@ class Host:
         metrics: dict = {}
         if spike_mb:
             spike = np.ones(spike_mb * MB, np.uint8)  # touched pages: counted in RSS
-            time.sleep(0.05)  # leave the sampling thread time to see it
+            time.sleep(0.3)  # leave the sampling thread (every 2 ms) ample time to see it, even on a busy machine
             del spike
         if nested_eval:
             metrics["nested"] = self.evaluate()
