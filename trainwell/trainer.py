@@ -416,6 +416,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
             self.is_in_train = False
+            self._release_output_dir()
 
     def _init_state(self, plan: TrainPlan) -> None:
         """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete
+from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints
+from .checkpoint.lock import OutputDirLock
 from .checkpoint.manager import CheckpointContents, CheckpointManager
 from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
@@ -42,6 +43,7 @@ class TrainerCheckpointing:
                                               should_save=args.should_save)
         self._last_checkpoint: Path | None = None
         self._resume_with_fallback = False
+        self._output_dir_lock: OutputDirLock | None = None
         self.preempted = False
         self._preemption: PreemptionGuard | None = None
         self._preemption_collective = False
@@ -66,16 +68,47 @@ class TrainerCheckpointing:
             model_state_dict=self.backend.full_state_dict() if sharded else None)
 
     def _resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
-        """The checkpoint folder to resume from (None to start fresh); removes half-written checkpoints first."""
+        """The checkpoint folder to resume from (None to start fresh).
+
+        Takes the ``output_dir`` lock first (world process zero; released by :meth:`_release_output_dir`), then
+        removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone.
+        """
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
-        if self.args.should_save:
-            removed = cleanup_incomplete(self.args.output_dir)
-            if removed:
-                logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
-                               [str(p) for p in removed])
-        self._resume_with_fallback = resume_from_checkpoint is True
-        return self._checkpoints.resolve_resume(resume_from_checkpoint)
+        if self.args.process_index == 0 and self._output_dir_lock is None:
+            lock = OutputDirLock(self.args.output_dir)
+            lock.acquire()
+            self._output_dir_lock = lock
+        try:
+            if self.args.should_save:
+                removed = cleanup_incomplete(self.args.output_dir)
+                if removed:
+                    logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
+                                   [str(p) for p in removed])
+            self._resume_with_fallback = resume_from_checkpoint is True
+            folder = self._checkpoints.resolve_resume(resume_from_checkpoint)
+        except BaseException:
+            self._release_output_dir()
+            raise
+        self._warn_foreign_checkpoints(folder)
+        return folder
+
+    def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
+        """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
+        if not self.args.should_save or self.args.save_strategy == "no":
+            return
+        start = resume_from.resolve() if resume_from is not None else None
+        newer = [p for p in list_foreign_checkpoints(self.args.output_dir) if p.resolve() != start]
+        if newer:
+            logger.warning("output_dir holds checkpoint folders trainwell did not write (no marker): %s. They are "
+                           "never deleted nor rotated, and a save at the same step fails instead of replacing them; "
+                           "move them elsewhere if this run may reach those steps.", [p.name for p in newer])
+
+    def _release_output_dir(self) -> None:
+        """Release the ``output_dir`` lock taken by :meth:`_resolve_resume` (a no-op when not held)."""
+        lock, self._output_dir_lock = self._output_dir_lock, None
+        if lock is not None:
+            lock.release()
 
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
@@ -102,7 +135,14 @@ class TrainerCheckpointing:
             data_state = {**(data_state or {}), "epoch": self.state.global_step // per_epoch,
                           "batches_in_epoch": (self.state.global_step % per_epoch)
                           * self.args.gradient_accumulation_steps}
-        return DataPosition.from_dict(data_state)
+        position = DataPosition.from_dict(data_state)
+        if self.state.global_step >= self._plan.max_steps:
+            # A finished run's final checkpoint (a requeue after the end): no step past max_steps (upstream trains one
+            # more when the last step falls mid-epoch). An empty epoch range ends the loop before its first step.
+            logger.info("Training is already complete: the checkpoint is at global_step %d and max_steps is %d; no "
+                        "further step is trained.", self.state.global_step, self._plan.max_steps)
+            position.epoch, position.batches_in_epoch = self._plan.num_epochs, 0
+        return position
 
     def _data_shape_changed(self, data_state: dict[str, Any]) -> bool:
         """Whether the saved position counts batches of another size or epochs of another length (then warn)."""
@@ -130,10 +170,10 @@ class TrainerCheckpointing:
     def _load_newest_with_backend_state(self, contents: Any) -> tuple[Path, dict[str, Any]]:
         """Fallback resume for sharded backends: a checkpoint whose backend state (written after the folder was
         completed) is missing or unreadable is skipped like a damaged one."""
-        from .checkpoint.layout import CheckpointError, list_complete_checkpoints
+        from .checkpoint.layout import CheckpointError, list_resumable_checkpoints
 
         failures = []
-        for folder in reversed(list_complete_checkpoints(self.args.output_dir)):
+        for folder in reversed(list_resumable_checkpoints(self.args.output_dir)):
             try:
                 with self._whole_parameters():
                     result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
@@ -159,20 +199,45 @@ class TrainerCheckpointing:
             self._restore_callback_states(loaded.stateful_callbacks)
 
     def _restore_callback_states(self, saved: dict[str, Any]) -> None:
-        for callback in self.callback_handler.callbacks:
-            entry = saved.get(type(callback).__name__)
-            if entry is None or not hasattr(callback, "state"):
+        """Restore ``stateful_callbacks`` (upstream's format) onto this trainer's callbacks and control.
+
+        Saved states are matched to the callbacks of the same class name, in order (the k-th saved state of a class
+        goes to its k-th callback). Each callback is rebuilt from the saved constructor ``args`` (the new instance's
+        fields are copied into the existing object, so references the user holds see the restored state), then the
+        saved ``attributes`` are set. States without a matching callback are reported and ignored.
+        """
+        exportable = [cb for cb in self.callback_handler.callbacks if _is_exportable(cb)]
+        not_found = []
+        for name, entries in saved.items():
+            entries = entries if isinstance(entries, list) else [entries]
+            if name == type(self.control).__name__:
+                self.control = _rebuilt(self.control, entries[0])
                 continue
-            entry = entry[0] if isinstance(entry, list) else entry
-            for key, value in entry.get("attributes", {}).items():
-                setattr(callback, key, value)
+            targets = [cb for cb in exportable if type(cb).__name__ == name]
+            if not targets:
+                not_found.append(name)
+            elif len(targets) != len(entries):
+                logger.warning("The checkpoint holds %d states of %s but the trainer has %d such callbacks; restoring "
+                               "the first %d in order", len(entries), name, len(targets), min(len(entries), len(targets)))
+            for callback, entry in zip(targets, entries):
+                _rebuilt(callback, entry)
+        if not_found:
+            logger.warning("Checkpoint included callbacks not included in current configuration. Ignoring. (%s)",
+                           ", ".join(not_found))
 
     def _export_callback_states(self) -> dict[str, Any]:
+        """``{class name: state()}`` (a list of states for several callbacks of one class), the control last."""
         exported: dict[str, Any] = {}
-        for callback in self.callback_handler.callbacks:
-            if hasattr(callback, "state") and callable(callback.state):
-                exported[type(callback).__name__] = callback.state()
-        exported["TrainerControl"] = self.control.state()
+        for callback in [*self.callback_handler.callbacks, self.control]:
+            if not _is_exportable(callback):
+                continue
+            name, state = type(callback).__name__, callback.state()
+            if name not in exported:
+                exported[name] = state
+            elif isinstance(exported[name], list):
+                exported[name].append(state)
+            else:
+                exported[name] = [exported[name], state]
         return exported
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
@@ -266,6 +331,32 @@ class TrainerCheckpointing:
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+
+def _is_exportable(callback: Any) -> bool:
+    """An ExportableState: trainwell's mixin, or a class written against upstream's (same name, same contract)."""
+    return any(base.__name__ == "ExportableState" for base in type(callback).__mro__) and callable(
+        getattr(callback, "state", None))
+
+
+def _rebuilt(callback: Any, entry: dict[str, Any]) -> Any:
+    """``callback`` with the constructor ``args`` and ``attributes`` of a saved ``state()`` applied; returns it."""
+    args, attributes = entry.get("args") or {}, entry.get("attributes") or {}
+    if args:
+        try:
+            fresh = type(callback)(**args)
+        except TypeError as err:
+            logger.warning("Cannot rebuild %s from the saved arguments %s (%s); restoring its attributes only",
+                           type(callback).__name__, args, err)
+        else:
+            try:
+                vars(callback).update(vars(fresh))
+            except TypeError:  # no __dict__ (slots): set the constructor's fields one by one
+                for key, value in args.items():
+                    setattr(callback, key, value)
+    for key, value in attributes.items():
+        setattr(callback, key, value)
+    return callback
 
 
 __all__ = ["TrainerCheckpointing", "TRAINER_STATE_NAME"]

@@ -215,15 +215,16 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------- discovery
 
     def resolve_resume(self, resume_from_checkpoint: bool | str | os.PathLike | None) -> Path | None:
-        """The folder to resume from: None/False -> None; True -> newest complete checkpoint; a path -> that folder.
+        """The folder to resume from: None/False -> None; True -> newest checkpoint; a path -> that folder.
 
-        Raises ValueError when True finds no complete checkpoint, or when the path does not exist or lacks the
-        completion marker.
+        Foreign checkpoints (``checkpoint-<step>`` folders without trainwell's marker, e.g. the upstream Trainer's)
+        count: they are validated when loaded. Raises ValueError when True finds no checkpoint, or when the path
+        does not exist or is an ``output_dir`` rather than a checkpoint folder.
         """
         if resume_from_checkpoint is None or resume_from_checkpoint is False:
             return None
         if resume_from_checkpoint is True:
-            found = layout.list_complete_checkpoints(self.output_dir)
+            found = layout.list_resumable_checkpoints(self.output_dir)
             if not found:
                 raise ValueError(f"no valid checkpoint found in {self.output_dir} (resume_from_checkpoint=True); "
                                  "train from scratch or pass the path of a checkpoint folder")
@@ -232,12 +233,12 @@ class CheckpointManager:
         if not folder.is_dir():
             raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: no such checkpoint folder")
         if not layout.is_complete(folder):
-            inside = layout.list_complete_checkpoints(folder)
-            hint = (f"; it looks like an output_dir: pass {inside[-1]} or resume_from_checkpoint=True"
-                    if inside else " (the save was interrupted?); if the folder was written by another tool and is "
-                    f"known to be complete, create the marker with `touch {folder / layout.COMPLETE_MARKER}`")
-            raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is not a complete checkpoint: "
-                             f"the marker file {layout.COMPLETE_MARKER} is missing{hint}")
+            inside = layout.list_resumable_checkpoints(folder)
+            if inside:
+                raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is an output_dir, not a "
+                                 f"checkpoint folder: pass {inside[-1]} or resume_from_checkpoint=True")
+            logger.info("%s has no %s marker: a checkpoint written by another tool (e.g. the upstream Trainer); "
+                        "it is validated while loading", folder, layout.COMPLETE_MARKER)
         return folder
 
     # ------------------------------------------------------------------------------------------ load
@@ -247,10 +248,11 @@ class CheckpointManager:
         from .rng import read_rng_file
         from .weights import find_weights_file, match_state_dict, read_weights
 
-        layout.verify_checkpoint(folder)
+        if layout.is_complete(folder):
+            layout.verify_checkpoint(folder)  # a foreign folder has no file list: loading it validates it
+        staged: dict[str, Any] = {"trainer_state_dict": self._read_trainer_state(folder)}
         state, origin = read_weights(folder)
-        staged: dict[str, Any] = {"model": match_state_dict(c.model, state, origin, strict=True,
-                                                            source=find_weights_file(folder))}
+        staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
         if load_optimizer:
             staged.update(self._read_training_state(folder, c))
         rng_path = folder / self.rng_file
@@ -261,10 +263,23 @@ class CheckpointManager:
         data_path = folder / layout.DATA_STATE_NAME
         staged["data_state"] = _read_json(data_path, "data state") if data_path.is_file() else None
         state_path = folder / layout.TRAINER_STATE_NAME
-        if state_path.is_file():
-            _read_json(state_path, "trainer state")
         staged["trainer_state_path"] = str(state_path) if state_path.is_file() else None
         return staged
+
+    @staticmethod
+    def _read_trainer_state(folder: Path) -> dict[str, Any] | None:
+        """``trainer_state.json`` checked against the TrainerState schema (None when absent); raises CheckpointError."""
+        from ..state import trainer_state_problems
+
+        path = folder / layout.TRAINER_STATE_NAME
+        if not path.is_file():
+            return None
+        data = _read_json(path, "trainer state")
+        problems = trainer_state_problems(data)
+        if problems:
+            raise CheckpointError(f"{path}: not a valid trainer state ({'; '.join(problems)}); the file was edited or "
+                                  "written by an incompatible tool: fix it, or resume from another checkpoint")
+        return data
 
     def _read_training_state(self, folder: Path, c: CheckpointContents) -> dict[str, Any]:
         staged: dict[str, Any] = {}
@@ -324,7 +339,7 @@ class CheckpointManager:
         Each damaged checkpoint is reported (``warnings.warn`` and ``logger.warning``). Raises ValueError when
         ``output_dir`` has no complete checkpoint, CheckpointError when none of them loads.
         """
-        found = layout.list_complete_checkpoints(self.output_dir)
+        found = layout.list_resumable_checkpoints(self.output_dir)
         if not found:
             raise ValueError(f"no valid checkpoint found in {self.output_dir}")
         failures: list[str] = []
