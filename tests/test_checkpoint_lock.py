@@ -194,3 +194,45 @@ def test_without_flock_a_live_pid_holds_and_a_dead_one_does_not(tmp_path, monkey
 def test_the_lock_module_stays_light():
     source = Path(lock_module.__file__).read_text()
     assert "import torch" not in source and "import numpy" not in source
+
+
+# ------------------------------------------------------------------------------------------------ two ranks
+RANKS_SCRIPT = textwrap.dedent('''
+    import json, socket, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    from conftest import RegressionModel, regression_data
+    from trainwell import Trainer, TrainingArguments
+    from trainwell.checkpoint.lock import OutputDirLockedError
+
+    out = Path(sys.argv[1])
+    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=2, max_steps=2, save_steps=1,
+                             disable_tqdm=True, report_to="none", use_cpu=True)
+    try:
+        Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(8)).train()
+        print(f"rank {args.process_index} TRAINED", flush=True)
+    except OutputDirLockedError as err:
+        print(f"rank {args.process_index} LOCKED {err}", flush=True)
+''')
+
+
+def test_every_rank_fails_together_when_the_output_dir_is_locked(tmp_path):
+    import socket as _socket
+
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_SCRIPT)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "other-node", "since": "then"}))
+    with _socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+                           "--master_addr=127.0.0.1", f"--master_port={port}", str(script), str(out),
+                           str(REPO / "tests")], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "rank 0 LOCKED output_dir" in proc.stdout and "rank 1 LOCKED (reported by rank 0) output_dir" in proc.stdout
+    assert "other-node" in proc.stdout and "TRAINED" not in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]

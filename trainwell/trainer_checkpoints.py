@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints
-from .checkpoint.lock import OutputDirLock
+from .checkpoint.lock import OutputDirLock, OutputDirLockedError
 from .checkpoint.manager import CheckpointContents, CheckpointManager
 from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
@@ -75,10 +75,7 @@ class TrainerCheckpointing:
         """
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
-        if self.args.process_index == 0 and self._output_dir_lock is None:
-            lock = OutputDirLock(self.args.output_dir)
-            lock.acquire()
-            self._output_dir_lock = lock
+        self._lock_output_dir()
         try:
             if self.args.should_save:
                 removed = cleanup_incomplete(self.args.output_dir)
@@ -92,6 +89,27 @@ class TrainerCheckpointing:
             raise
         self._warn_foreign_checkpoints(folder)
         return folder
+
+    def _lock_output_dir(self) -> None:
+        """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
+        (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
+        error: OutputDirLockedError | None = None
+        if self.args.process_index == 0 and self._output_dir_lock is None:
+            lock = OutputDirLock(self.args.output_dir)
+            try:
+                lock.acquire()
+                self._output_dir_lock = lock
+            except OutputDirLockedError as err:
+                error = err
+        if self.args.world_size > 1:
+            from .distributed import all_gather_object, is_dist
+
+            if is_dist():
+                message = all_gather_object(str(error) if error is not None else None)[0]
+                if message is not None and error is None:
+                    error = OutputDirLockedError(f"(reported by rank 0) {message}")
+        if error is not None:
+            raise error
 
     def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
         """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
