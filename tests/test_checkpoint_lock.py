@@ -236,3 +236,14 @@ def test_every_rank_fails_together_when_the_output_dir_is_locked(tmp_path):
     assert "rank 0 LOCKED output_dir" in proc.stdout and "rank 1 LOCKED (reported by rank 0) output_dir" in proc.stdout
     assert "other-node" in proc.stdout and "TRAINED" not in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]
+
+
+def test_an_output_dir_that_cannot_be_locked_trains_with_a_warning(tmp_path, caplog, monkeypatch):
+    def read_only(self):
+        raise PermissionError(13, "Permission denied", str(self.path))
+
+    monkeypatch.setattr(OutputDirLock, "acquire", read_only)  # as on a read-only mount (root ignores chmod)
+    trainer = make_trainer(tmp_path, save_strategy="no")
+    trainer.train()
+    assert "Could not lock output_dir" in caplog.text and "Permission denied" in caplog.text
+    assert trainer.state.global_step == 4

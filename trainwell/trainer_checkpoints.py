@@ -94,13 +94,16 @@ class TrainerCheckpointing:
         """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
         (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
         error: OutputDirLockedError | None = None
-        if self.args.process_index == 0 and self._output_dir_lock is None:
+        if self.args.process_index == 0 and self._output_dir_lock is None and self.args.output_dir:
             lock = OutputDirLock(self.args.output_dir)
             try:
                 lock.acquire()
                 self._output_dir_lock = lock
             except OutputDirLockedError as err:
                 error = err
+            except OSError as err:  # a read-only output_dir: nothing of this run can collide there
+                logger.warning("Could not lock output_dir %s (%s); training without the lock, so make sure no other "
+                               "trainer uses this folder", self.args.output_dir, err)
         if self.args.world_size > 1:
             from .distributed import all_gather_object, is_dist
 
