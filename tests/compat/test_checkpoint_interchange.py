@@ -164,12 +164,17 @@ def test_trainwell_resumes_an_upstream_checkpoint(upstream_runs, tmp_path, setup
     assert (out / "checkpoint-3").is_dir() and not (out / "checkpoint-3" / COMPLETE_MARKER).exists()  # untouched
 
 
-@pytest.mark.parametrize("fmt", ["bin", "sharded"])
+def _with_empty_marker(folder: Path) -> None:
+    """A user who marked an upstream checkpoint complete by hand (``touch .complete``)."""
+    (folder / COMPLETE_MARKER).touch()
+
+
+@pytest.mark.parametrize("fmt", ["bin", "sharded", "marker"])
 def test_trainwell_resumes_older_upstream_weight_formats(upstream_runs, tmp_path, fmt):
     up_out, up_final = upstream_runs["across_epochs"]
     out = tmp_path / "out"
     shutil.copytree(up_out / "checkpoint-3", out / "checkpoint-3")
-    (_as_bin if fmt == "bin" else _as_shards)(out / "checkpoint-3")
+    {"bin": _as_bin, "sharded": _as_shards, "marker": _with_empty_marker}[fmt](out / "checkpoint-3")
     _, model = train(trainwell, out, ACROSS_EPOCHS, resume=True)
     assert_same_weights(weights(model), up_final)
     assert model.loads >= 1
