@@ -10,10 +10,9 @@ data in one process on the CPU:
 - a folder trainwell did not write (an upstream checkpoint, a user's file or folder) survives ``train()`` with every
   save and rotation setting, and is never counted by ``save_total_limit``.
 
-Bit-exact across libraries needs the same random draws: the dropout model trains within one epoch (upstream's
-DataLoader draws a worker seed from the global generator at every epoch start, trainwell's from its own seeded
-generator, so uninterrupted runs of the two libraries differ from the second epoch on); across epochs the model has
-no dropout.
+Bit-exact across libraries needs the same random draws: the dropout model trains within one epoch (when an epoch
+starts, upstream's DataLoader draws from the global random generator, trainwell's loader from its own seeded one, so
+later dropout masks differ); across epochs the model has no dropout.
 """
 
 from __future__ import annotations
