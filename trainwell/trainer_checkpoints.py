@@ -156,6 +156,9 @@ class TrainerCheckpointing:
             data_state = {**(data_state or {}), "epoch": self.state.global_step // per_epoch,
                           "batches_in_epoch": (self.state.global_step % per_epoch)
                           * self.args.gradient_accumulation_steps}
+        if "last_logged_step" not in data_state:
+            # no loss accumulators (another tool's checkpoint): the first logging window starts here, as upstream's
+            data_state["last_logged_step"] = self.state.global_step
         position = DataPosition.from_dict(data_state)
         if self.state.global_step >= self._plan.max_steps:
             # A finished run's final checkpoint (a requeue after the end): no step past max_steps (upstream trains one

@@ -160,6 +160,10 @@ def test_trainwell_resumes_an_upstream_checkpoint(upstream_runs, tmp_path, setup
         str(up_out / f"checkpoint-{trainer.state.global_step}" / "trainer_state.json")).global_step
     logged = [e["step"] for e in trainer.state.log_history if "loss" in e]
     assert logged == list(range(1, trainer.state.global_step + 1))  # upstream's history of steps 1-3 was kept
+    upstream_log = json.loads((up_out / f"checkpoint-{trainer.state.global_step}" / "trainer_state.json").read_text())
+    mine = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    theirs = [e["loss"] for e in upstream_log["log_history"] if "loss" in e]
+    assert mine == pytest.approx(theirs, rel=1e-5)  # the first window after the resume is one step, as upstream's
     assert (out / "checkpoint-3").is_dir() and not (out / "checkpoint-3" / COMPLETE_MARKER).exists()  # untouched
 
 
