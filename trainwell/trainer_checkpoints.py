@@ -242,7 +242,8 @@ class TrainerCheckpointing:
                 not_found.append(name)
             elif len(targets) != len(entries):
                 logger.warning("The checkpoint holds %d states of %s but the trainer has %d such callbacks; restoring "
-                               "the first %d in order", len(entries), name, len(targets), min(len(entries), len(targets)))
+                               "the first %d in order", len(entries), name, len(targets),
+                               min(len(entries), len(targets)))
             for callback, entry in zip(targets, entries):
                 _rebuilt(callback, entry)
         if not_found:

@@ -104,7 +104,7 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 @pytest.fixture(scope="module")
 def upstream_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict]]:
-    """Uninterrupted upstream runs (their checkpoint-3 is what trainwell resumes from): {setup: (output_dir, weights)}."""
+    """Uninterrupted upstream runs (trainwell resumes from their checkpoint-3): {setup: (output_dir, weights)}."""
     runs = {}
     for name, setup in SETUPS.items():
         out = tmp_path_factory.mktemp(f"upstream_{name}")
@@ -248,7 +248,7 @@ def test_resuming_a_finished_run_trains_no_further_step(upstream_runs, tmp_path,
     assert "Training is already complete" in caplog.text
     from safetensors.torch import load_file
 
-    assert_same_weights({k: v for k, v in weights(model).items()}, load_file(out / "checkpoint-3" / "model.safetensors"))
+    assert_same_weights(weights(model), load_file(out / "checkpoint-3" / "model.safetensors"))
     mine, _ = train(trainwell, tmp_path / "tw", setup)  # a finished trainwell run, requeued
     again, _ = train(trainwell, tmp_path / "tw", setup, resume=True)
     assert again.state.global_step == 3

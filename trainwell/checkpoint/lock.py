@@ -153,7 +153,7 @@ class OutputDirLock:
         logger.warning("taking over the lock %s left by %s, which is no longer running", self.path, _describe(record))
 
     def release(self) -> None:
-        """Delete the lock file and release the lock; removes ``output_dir`` when the lock created it and it is empty."""
+        """Delete the lock file and release the lock; removes ``output_dir`` if the lock created it and it is empty."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
