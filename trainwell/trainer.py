@@ -209,7 +209,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         from .data.samplers import EvalShardSampler
 
         return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
-                                num_replicas=self.args.world_size, rank=self.args.process_index)
+                                num_replicas=self.args.world_size, rank=self.args.process_index,
+                                drop_last=self.args.dataloader_drop_last)
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""

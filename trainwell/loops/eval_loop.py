@@ -304,16 +304,12 @@ class OutputAccumulator:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _pad_tensor(tensor: torch.Tensor, shape: list[int], pad_index: int) -> torch.Tensor:
-    if list(tensor.shape) == shape:
-        return tensor
-    padded = tensor.new_full(shape, pad_index)
-    padded[tuple(slice(0, size) for size in tensor.shape)] = tensor
-    return padded
+def _gather_tensor_parts(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """all_gather one tensor whose shape may differ between ranks: every rank's tensor, in rank order.
 
-
-def _gather_tensor(tensor: torch.Tensor, pad_index: int) -> torch.Tensor:
-    """all_gather one tensor whose shape may differ between ranks; the parts are concatenated in rank order."""
+    The tensors are padded to the largest shape for the collective and each part is cut back to its rank's own
+    shape, so no padding value ever reaches the caller.
+    """
     import torch.distributed as dist
 
     tensor = torch.atleast_1d(tensor.detach()).contiguous()
@@ -323,24 +319,79 @@ def _gather_tensor(tensor: torch.Tensor, pad_index: int) -> torch.Tensor:
     dist.all_gather(shapes, shape)
     sizes = [s.tolist() for s in shapes]
     max_shape = [max(size[d] for size in sizes) for d in range(tensor.ndim)]
-    padded = _pad_tensor(tensor, max_shape, pad_index)
+    padded = tensor
+    if list(tensor.shape) != max_shape:
+        padded = tensor.new_zeros(max_shape)
+        padded[tuple(slice(0, size) for size in tensor.shape)] = tensor
     parts = [torch.empty_like(padded) for _ in range(world_size)]
     dist.all_gather(parts, padded)
-    return torch.cat([part[: size[0]] for part, size in zip(parts, sizes)], dim=0)
+    return [part[tuple(slice(0, d) for d in size)] for part, size in zip(parts, sizes)]
+
+
+def gather_parts(nested: Any) -> list[Any]:
+    """Every rank's nested structure of tensors, in rank order (``[nested]`` outside a process group).
+
+    Each rank's tensors come back with their own shapes (no padding, no concatenation), so the caller can treat
+    them exactly as the batches one process would have seen. Every rank must call this with the same structure.
+    Leaves that are not tensors are kept as this rank's.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [nested]
+    leaves, spec = _flatten(nested)
+    gathered = [_gather_tensor_parts(leaf) if isinstance(leaf, torch.Tensor) else None for leaf in leaves]
+    return [_unflatten(spec, [parts[rank] if parts is not None else leaf for leaf, parts in zip(leaves, gathered)])
+            for rank in range(dist.get_world_size())]
+
+
+def _concat_padded(parts: list[torch.Tensor], pad_index: int) -> torch.Tensor:
+    """Concatenate along dim 0, padding the trailing dims of each part on the right with ``pad_index``."""
+    max_shape = [max(part.shape[d] for part in parts) for d in range(1, parts[0].ndim)]
+    padded = []
+    for part in parts:
+        if list(part.shape[1:]) != max_shape:
+            full = part.new_full([part.shape[0], *max_shape], pad_index)
+            full[tuple(slice(0, size) for size in part.shape)] = part
+            part = full
+        padded.append(part)
+    return torch.cat(padded, dim=0)
 
 
 def gather_across_ranks(nested: Any, pad_index: int = PAD_INDEX) -> Any:
     """Gather a nested structure of tensors from every rank (identity outside a process group).
 
     Each tensor is padded to the largest shape across ranks (dim 1, the sequence dim, and any other trailing
-    dim, with ``pad_index``) before ``all_gather``; the results are concatenated along dim 0 in rank order.
+    dim, with ``pad_index``); the results are concatenated along dim 0 in rank order.
     Every rank must call this with the same structure.
     """
     import torch.distributed as dist
 
     if nested is None or not (dist.is_available() and dist.is_initialized()):
         return nested
-    return nested_map(lambda t: _gather_tensor(t, pad_index) if isinstance(t, torch.Tensor) else t, nested)
+    leaves, spec = _flatten(nested)
+    merged = [_concat_padded(_gather_tensor_parts(leaf), pad_index) if isinstance(leaf, torch.Tensor) else leaf
+              for leaf in leaves]
+    return _unflatten(spec, merged)
+
+
+def keep_rows(nested: Any, batch_size: int | None, rows: int) -> Any:
+    """The first ``rows`` rows of every leaf whose first dimension is the batch (``batch_size``)."""
+    if nested is None or batch_size is None or rows >= batch_size:
+        return nested
+    return nested_map(lambda x: x[:rows] if getattr(x, "ndim", 0) > 0 and x.shape[0] == batch_size else x, nested)
+
+
+def _device_of(nested: Any) -> torch.device:
+    """The device of the first tensor in ``nested`` (CPU when there is none): where a collective must run."""
+    leaves, _ = _flatten(nested)
+    return next((leaf.device for leaf in leaves if isinstance(leaf, torch.Tensor)), torch.device("cpu"))
+
+
+def _is_dist() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _sum_across_ranks(value: int, device: torch.device) -> int:
@@ -547,52 +598,84 @@ class EvaluationMixin:
 
     def _eval_batches(self, model: Any, dataloader: Any, description: str, prediction_loss_only: bool,
                       ignore_keys: list[str] | None) -> tuple[list[OutputAccumulator], Any, int]:
-        """Iterate the dataloader: predict, gather across ranks, accumulate; returns accumulators and counts."""
+        """Iterate the dataloader: predict, gather across ranks, accumulate; returns accumulators and counts.
+
+        Under several processes each rank's outputs are gathered as separate parts (in rank order) and handled
+        as the batches one process would have seen. A sampler that tells how many of its samples are real
+        (``num_real_samples``, :class:`~trainwell.data.samplers.EvalShardSampler`) has its placeholder rows
+        dropped before the gather, so they count in no loss, prediction or metric.
+        """
         args = self.args
         concat = getattr(args, "eval_do_concat_batches", True)
-        losses, preds, labels, inputs = (OutputAccumulator(concat=c) for c in (True, concat, concat, concat))
+        accumulators = [OutputAccumulator(concat=c) for c in (True, concat, concat, concat)]
         keep_outputs = not args.batch_eval_metrics or description == "Prediction"
         include = args.include_for_metrics or []
+        batch_metrics_on = args.batch_eval_metrics and self.compute_metrics is not None
         accumulation_steps = args.eval_accumulation_steps
+        real_left = getattr(getattr(dataloader, "sampler", None), "num_real_samples", None)
+        distributed = _is_dist()
         batch_metrics, observed, steps = None, 0, 0
         for step, (batch, is_last) in enumerate(_mark_last(dataloader)):
             steps += 1
             batch_size = find_batch_size(batch)
-            observed += batch_size or 0
+            real = batch_size
+            if real_left is not None and batch_size is not None:
+                real = min(batch_size, real_left)
+                real_left -= real
+            observed += real or 0
             loss, logits, label = self.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
             batch_inputs = self._inputs_for_metrics(batch) if "inputs" in include else None
-            loss = self._per_sample_loss(loss, batch_size)
+            loss = self._per_sample_loss(loss, batch_size, real)
             if logits is not None and self.preprocess_logits_for_metrics is not None:
                 logits = self.preprocess_logits_for_metrics(logits, label)
-            loss, logits, label, batch_inputs = (gather_across_ranks(x) for x in (loss, logits, label, batch_inputs))
-            losses.add(loss)
-            if keep_outputs:
-                preds.add(logits)
-                labels.add(label)
-                inputs.add(batch_inputs)
+            outputs = (loss, *keep_rows((logits, label, batch_inputs), batch_size, real))
+            if distributed:
+                count = torch.tensor([real if real is not None else 1], device=_device_of(outputs))
+                parts = [part[1:] for part in gather_parts((count, *outputs)) if int(part[0][0]) > 0]
+            else:
+                parts = [outputs]
+            for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):
+                self._add_part(accumulators, (part_loss, part_logits, part_label, part_inputs), keep_outputs)
+                if batch_metrics_on and part_logits is not None and part_label is not None:
+                    eval_pred = EvalPrediction(predictions=part_logits, label_ids=part_label,
+                                               inputs=part_inputs if "inputs" in include else None,
+                                               losses=part_loss if "loss" in include else None)
+                    batch_metrics = self._call_compute_metrics(
+                        eval_pred, compute_result=is_last and i == len(parts) - 1)
             self.control = self.callback_handler.on_prediction_step(args, self.state, self.control)
-            if args.batch_eval_metrics and self.compute_metrics is not None and logits is not None \
-                    and label is not None:
-                eval_pred = EvalPrediction(predictions=logits, label_ids=label,
-                                           inputs=batch_inputs if "inputs" in include else None,
-                                           losses=loss if "loss" in include else None)
-                batch_metrics = self._call_compute_metrics(eval_pred, compute_result=is_last)
             if accumulation_steps and (step + 1) % accumulation_steps == 0:
-                for accumulator in (losses, preds, labels, inputs):
+                for accumulator in accumulators:
                     accumulator.flush()
         if steps == 0:
             raise ValueError(f"The {description.lower()} dataset yielded no batches; pass a non-empty dataset "
                              "(an IterableDataset must yield at least one example).")
-        return [losses, preds, labels, inputs], batch_metrics, observed
+        return accumulators, batch_metrics, observed
 
     @staticmethod
-    def _per_sample_loss(loss: Any, batch_size: int | None) -> Any:
-        """The batch loss repeated once per sample, so that the mean over samples weighs batches by size."""
+    def _add_part(accumulators: list[OutputAccumulator], part: tuple[Any, Any, Any, Any], keep_outputs: bool) -> None:
+        """Keep one batch's (one rank's) loss, and its predictions/labels/inputs unless only metrics are kept."""
+        losses, preds, labels, inputs = accumulators
+        losses.add(part[0])
+        if keep_outputs:
+            preds.add(part[1])
+            labels.add(part[2])
+            inputs.add(part[3])
+
+    @staticmethod
+    def _per_sample_loss(loss: Any, batch_size: int | None, real: int | None = None) -> Any:
+        """The batch loss once per real sample, so that the mean over samples weighs batches by their real size.
+
+        ``real`` (default: ``batch_size``) is how many of the batch's samples are real; a placeholder batch
+        (``real == 0``) contributes nothing. A per-sample loss vector keeps its first ``real`` entries.
+        """
         if loss is None:
             return None
+        real = batch_size if real is None else real
         loss = torch.as_tensor(loss).detach().reshape(-1)
         if loss.numel() == 1 and batch_size:
-            loss = loss.repeat(batch_size)
+            return loss.repeat(real)
+        if batch_size and loss.numel() == batch_size:
+            return loss[:real]
         return loss
 
     def _inputs_for_metrics(self, batch: Mapping[str, Any]) -> Any:
