@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from . import reporting
+from .accelerate_env import apply_accelerate_env
 from .args import TrainingArguments
 from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
@@ -74,6 +75,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
         if tokenizer is not None:
             warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
