@@ -9,6 +9,9 @@ read by :mod:`trainwell.distributed`) and passes the configuration through envir
 ``Accelerator`` from them; trainwell maps them onto the arguments when the Trainer is created
 (:func:`apply_accelerate_env`), so the run trains with the precision and sharding the configuration asks for.
 
+The environment is read only under ``accelerate launch``, recognised by ``ACCELERATE_MIXED_PRECISION`` (every
+accelerate launcher sets it; an ``Accelerator`` created in the process leaves other variables behind, not this one).
+
 Precedence: a value the user set in ``TrainingArguments`` is never overridden. A launcher setting fills an
 argument the user left at its default; when both ask for different things (``fp16=True`` under
 ``mixed_precision: bf16``, ``fsdp="shard_grad_op"`` under ``FULL_SHARD``, two DeepSpeed configurations...) the
@@ -34,6 +37,7 @@ _SHARDING = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_S
              "HYBRID_SHARD": "hybrid_shard", "HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
              "1": "full_shard", "2": "shard_grad_op", "3": "no_shard", "4": "hybrid_shard", "5": "hybrid_shard_zero2"}
 _WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
+LAUNCH_MARKER = "ACCELERATE_MIXED_PRECISION"  # set by `accelerate launch` whatever the config
 _FIX = "change the accelerate config (accelerate config / --config_file) or the TrainingArguments so they agree"
 
 
@@ -294,7 +298,9 @@ def apply_accelerate_env(args: Any, environ: Mapping[str, str] | None = None) ->
     conflicts with a value set in the arguments, or that trainwell cannot honour. Calling it again is harmless.
     """
     env = os.environ if environ is None else environ
-    if not any(key.startswith("ACCELERATE_") for key in env):
+    # Every accelerate launcher sets ACCELERATE_MIXED_PRECISION; an in-process Accelerator never does, but it does
+    # leave ACCELERATE_USE_DEEPSPEED / ACCELERATE_USE_FSDP behind, which must not reconfigure a later Trainer.
+    if LAUNCH_MARKER not in env:
         return {}
     settings = accelerate_settings(env)
     problems: list[str] = []

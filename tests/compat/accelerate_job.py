@@ -51,6 +51,15 @@ class TinyNet(nn.Module):
         return out
 
 
+def _engine_settings(engine: object) -> dict[str, object] | None:
+    """What the DeepSpeed engine really runs with (None for the other backends)."""
+    if engine is None:
+        return None
+    return {"zero_stage": engine.zero_optimization_stage(),
+            "gradient_accumulation_steps": engine.gradient_accumulation_steps(),
+            "gradient_clipping": engine.gradient_clipping(), "bf16": engine.bfloat16_enabled()}
+
+
 def main(argv: list[str]) -> None:
     out = Path(argv[0])
     (args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(argv[1:])
@@ -72,6 +81,7 @@ def main(argv: list[str]) -> None:
         "param_types": sorted({type(p).__name__ for p in params}),
         "compute_dtype": getattr(trainer.model, "seen_dtype", None),
         "losses": [e["loss"] for e in trainer.state.log_history if "loss" in e],
+        "ds_engine": _engine_settings(getattr(trainer.backend, "engine", None)),
         "global_step": trainer.state.global_step,
     }
     if args.process_index == 0:

@@ -215,6 +215,15 @@ def test_plain_run_and_default_launch_change_nothing(tmp_path: Path) -> None:
     assert args.bf16 and args.gradient_accumulation_steps == 3  # the user's values stand
 
 
+def test_variables_left_by_an_in_process_accelerator_are_ignored(tmp_path: Path) -> None:
+    """An ``Accelerator`` with a DeepSpeed/FSDP plugin sets ACCELERATE_USE_* in os.environ for good; without
+    ``accelerate launch`` (ACCELERATE_MIXED_PRECISION) that must not turn a later Trainer into a DeepSpeed run."""
+    args = make_args(tmp_path)
+    assert apply_accelerate_env(args, {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_USE_FSDP": "True",
+                                       "FSDP_CPU_RAM_EFFICIENT_LOADING": "True"}) == {}
+    assert args.deepspeed is None and not args.fsdp
+
+
 def test_applying_twice_is_harmless(tmp_path: Path) -> None:
     env = accelerate_env(tmp_path, DEEPSPEED_PLUGIN)
     args = make_args(tmp_path)
@@ -316,11 +325,14 @@ def test_fp16_launch_on_the_cpu_is_an_error_naming_the_launch(tmp_path: Path,
 # ---------------------------------------------------------------------------------------- a real launch
 
 
-@pytest.mark.distributed
-def test_real_accelerate_launch_fsdp_full_shard_bf16(tmp_path: Path) -> None:
-    """``accelerate launch --config_file fsdp.yaml --num_processes 2 train.py``: FSDP2 full_shard, bf16 compute."""
-    cfg = tmp_path / "fsdp.yaml"
-    cfg.write_text(FSDP2_BF16)
+DEEPSPEED_ZERO2_FP32 = DEEPSPEED_PLUGIN.replace("mixed_precision: bf16", "mixed_precision: 'no'").replace(
+    "zero_stage: 3", "zero_stage: 2").replace("offload_optimizer_device: cpu", "offload_optimizer_device: none")
+
+
+def _launch(tmp_path: Path, config: str) -> dict[str, Any]:
+    """``accelerate launch --config_file cfg.yaml --num_processes 2 accelerate_job.py ...``; rank 0's result."""
+    cfg = tmp_path / "accelerate_config.yaml"
+    cfg.write_text(config)
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith(("ACCELERATE_", "FSDP_"))}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
@@ -328,9 +340,18 @@ def test_real_accelerate_launch_fsdp_full_shard_bf16(tmp_path: Path) -> None:
                "--main_process_port", str(_free_port()), str(JOB), str(tmp_path), "--output_dir", str(tmp_path / "out"),
                "--per_device_train_batch_size", "4", "--num_train_epochs", "1", "--logging_steps", "1",
                "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
-    proc = subprocess.run(command, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=400)
+    try:
+        proc = subprocess.run(command, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=480)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"accelerate launch did not finish in {err.timeout}s:\n{str(err.stdout)[-4000:]}")
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    return json.loads((tmp_path / "result.json").read_text())
+
+
+@pytest.mark.distributed
+def test_real_accelerate_launch_fsdp_full_shard_bf16(tmp_path: Path) -> None:
+    """``distributed_type: FSDP`` (v2, full shard, transformer wrap) + ``mixed_precision: bf16``, 2 processes."""
+    result = _launch(tmp_path, FSDP2_BF16)
     assert result["env"]["ACCELERATE_USE_FSDP"] == "true" and result["env"]["ACCELERATE_MIXED_PRECISION"] == "bf16"
     assert result["world_size"] == 2 and result["bf16"] is True
     assert result["fsdp"] == ["auto_wrap", "full_shard"]
@@ -339,3 +360,15 @@ def test_real_accelerate_launch_fsdp_full_shard_bf16(tmp_path: Path) -> None:
     assert result["mp_param_dtype"] == "torch.bfloat16" and result["compute_dtype"] == "torch.bfloat16"
     assert result["global_step"] == 4 and len(result["losses"]) == 4
     assert all(0 < loss < 10 for loss in result["losses"])
+
+
+@pytest.mark.distributed
+def test_real_accelerate_launch_deepspeed_plugin(tmp_path: Path) -> None:
+    """``distributed_type: DEEPSPEED`` with plugin fields (ZeRO-2, accumulation 2, clipping 0.5), 2 processes."""
+    result = _launch(tmp_path, DEEPSPEED_ZERO2_FP32)
+    assert result["env"]["ACCELERATE_USE_DEEPSPEED"] == "true"
+    assert result["backend"] == "DeepSpeedBackend" and result["world_size"] == 2
+    assert result["ds_engine"] == {"zero_stage": 2, "gradient_accumulation_steps": 2, "gradient_clipping": 0.5,
+                                   "bf16": False}
+    assert result["gradient_accumulation_steps"] == 2 and result["max_grad_norm"] == 0.5
+    assert result["global_step"] == 2 and len(result["losses"]) == 2  # 32 samples / (4 x 2 ranks x 2 steps)
