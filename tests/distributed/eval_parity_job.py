@@ -3,7 +3,7 @@
 Usage: ``python eval_parity_job.py OUT_JSON WORKDIR [--upstream]``. Every scenario evaluates the same model (the same
 initial weights in every process) on datasets of odd lengths with ragged sequences, under one evaluation option
 (plain, ``eval_do_concat_batches=False``, ``batch_eval_metrics``, ``eval_accumulation_steps``,
-``include_for_metrics``, ``dataloader_drop_last``), through ``evaluate()`` and ``predict()``. Rank 0 writes one JSON
+``include_for_metrics``, ``dataloader_drop_last``, an ``IterableDataset``), through ``evaluate()`` and ``predict()``. Rank 0 writes one JSON
 object: scenario name -> metrics, predictions and labels. With ``--upstream`` (one process only) the plain
 scenarios also run through ``transformers.Trainer``, under the key ``upstream/<scenario>``.
 """
@@ -35,13 +35,14 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "accumulation": {"eval_accumulation_steps": 2},
     "include": {"include_for_metrics": ["inputs", "loss"]},
     "drop_last": {"dataloader_drop_last": True},
+    "iterable": {"_iterable": True},  # an IterableDataset: no sampler, every rank reads the whole stream
 }
 
 
 # dataloader_drop_last on a dataset smaller than a batch evaluates nothing; (29, 4) makes rank 1's last batch a
 # placeholder of a whole batch.
 DROP_LAST_SHAPES = ((37, 8), (29, 4), (7, 1))
-UPSTREAM_OPTIONS = ("plain", "include", "drop_last", "no_concat")
+UPSTREAM_OPTIONS = ("plain", "include", "drop_last", "no_concat", "iterable")
 
 
 class TokenTagger(nn.Module):
@@ -59,6 +60,16 @@ class TokenTagger(nn.Module):
             loss = nn.functional.cross_entropy(logits.reshape(-1, CLASSES), labels.reshape(-1), ignore_index=-100)
             out = {"loss": loss, **out}
         return out
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """The same items as an iterable dataset (no length, no sampler)."""
+
+    def __init__(self, items: list[dict[str, torch.Tensor]]) -> None:
+        self.items = items
+
+    def __iter__(self) -> Any:
+        return iter(self.items)
 
 
 def make_dataset(n: int) -> list[dict[str, torch.Tensor]]:
@@ -154,14 +165,15 @@ def _as_list(value: Any, concat: bool) -> Any:
 
 
 def run_trainer(trainer_cls: type, args_cls: type, n: int, batch: int, option: str, out: str) -> dict[str, Any]:
-    options = OPTIONS[option]
+    options = dict(OPTIONS[option])
+    iterable = options.pop("_iterable", False)
     torch.manual_seed(0)
     model = TokenTagger()
     args = args_cls(output_dir=out, per_device_eval_batch_size=batch, report_to="none", use_cpu=True,
                     disable_tqdm=True, **options)
     metrics_fn = Metrics()
     trainer = trainer_cls(model=model, args=args, data_collator=collate, compute_metrics=metrics_fn)
-    dataset = make_dataset(n)
+    dataset = Stream(make_dataset(n)) if iterable else make_dataset(n)
     result: dict[str, Any] = {"evaluate": trainer.evaluate(dataset)}
     metrics_fn.reset()
     output = trainer.predict(dataset)

@@ -5,7 +5,7 @@ runs the same scenarios at the same time (and the main ones through ``transforme
 one process). Datasets of odd lengths (1, 7, 37: the last global batch is short, and some ranks have no sample
 left in it) with ragged sequences, per-device eval batch sizes 1 and 8, under every option that changes how
 outputs are gathered: ``eval_do_concat_batches=False``, ``batch_eval_metrics``, ``eval_accumulation_steps``,
-``include_for_metrics``, ``dataloader_drop_last``.
+``include_for_metrics``, ``dataloader_drop_last``, and an ``IterableDataset`` (read whole by every rank).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ in its docstring.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -445,6 +446,22 @@ def _mark_last(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
     yield current, True
 
 
+def _round_robin(batches: Iterable[Any], rank: int, world_size: int) -> Iterator[tuple[Any, int | None]]:
+    """This rank's batches of a stream that every rank reads whole (an ``IterableDataset`` is not sharded).
+
+    Batch ``i`` goes to rank ``i % world_size``, so gathering a step's batches in rank order gives the stream's
+    order. In the last group a rank without a batch of its own runs the group's first batch as a placeholder
+    (``(batch, 0)``: no real sample), so that every rank takes part in the same number of collectives. Like
+    accelerate's batch dispatching, this expects the whole stream on every rank (not one pre-split per rank).
+    """
+    iterator = iter(batches)
+    while True:
+        group = list(itertools.islice(iterator, world_size))
+        if not group:
+            return
+        yield (group[rank], None) if rank < len(group) else (group[0], 0)
+
+
 def _outputs_as_mapping(outputs: Any) -> Any:
     """A model output that is neither a tensor, a tuple/list nor a mapping, seen as a dict of its fields."""
     if outputs is None or isinstance(outputs, (torch.Tensor, tuple, list, Mapping)):
@@ -614,11 +631,16 @@ class EvaluationMixin:
         accumulation_steps = args.eval_accumulation_steps
         real_left = getattr(getattr(dataloader, "sampler", None), "num_real_samples", None)
         distributed = _is_dist()
+        batches: Iterable[tuple[Any, int | None]] = ((batch, None) for batch in dataloader)
+        if distributed and isinstance(getattr(dataloader, "dataset", None), torch.utils.data.IterableDataset):
+            import torch.distributed as dist
+
+            batches = _round_robin(dataloader, dist.get_rank(), dist.get_world_size())
         batch_metrics, observed, steps = None, 0, 0
-        for step, (batch, is_last) in enumerate(_mark_last(dataloader)):
+        for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
             steps += 1
             batch_size = find_batch_size(batch)
-            real = batch_size
+            real = batch_size if placeholder is None else placeholder
             if real_left is not None and batch_size is not None:
                 real = min(batch_size, real_left)
                 real_left -= real
