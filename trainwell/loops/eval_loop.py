@@ -446,6 +446,15 @@ def _mark_last(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
     yield current, True
 
 
+def _mean_loss(losses: np.ndarray, nan_inf_filter: bool) -> float:
+    """The mean per-sample loss; with ``logging_nan_inf_filter`` the non-finite losses are left out (as upstream)."""
+    if nan_inf_filter:
+        finite = np.isfinite(losses)
+        if finite.any():
+            losses = losses[finite]
+    return float(np.mean(losses)) if losses.size else float("nan")
+
+
 def _round_robin(batches: Iterable[Any], rank: int, world_size: int) -> Iterator[tuple[Any, int | None]]:
     """This rank's batches of a stream that every rank reads whole (an ``IterableDataset`` is not sharded).
 
@@ -609,7 +618,7 @@ class EvaluationMixin:
         losses, preds, labels, inputs = (acc.result(num_samples) for acc in accumulators)
         metrics = self._eval_metrics(preds, labels, losses, inputs, batch_metrics)
         if losses is not None:
-            metrics[f"{metric_key_prefix}_loss"] = float(np.mean(losses)) if losses.size else float("nan")
+            metrics[f"{metric_key_prefix}_loss"] = _mean_loss(losses, getattr(args, "logging_nan_inf_filter", True))
         metrics = _prefix_keys(metrics, metric_key_prefix)
         return EvalLoopOutput(predictions=preds, label_ids=labels, metrics=metrics, num_samples=num_samples)
 
