@@ -149,11 +149,12 @@ def test_fsdp2_without_reshard_after_forward_is_shard_grad_op(tmp_path: Path) ->
     assert fsdp_words(args) == {"shard_grad_op", "auto_wrap"}
 
 
-def test_fsdp1_shard_grad_op_offload_size_wrap_fp16(tmp_path: Path) -> None:
+def test_fsdp1_shard_grad_op_offload_size_wrap(tmp_path: Path) -> None:
     env = accelerate_env(tmp_path, FSDP1_GRAD_OP_FP16)
-    assert accelerate_settings(env)["fp16"] == (True, "ACCELERATE_MIXED_PRECISION=fp16")
+    with pytest.raises(ValueError, match="ACCELERATE_MIXED_PRECISION=fp16 with distributed_type FSDP"):
+        accelerate_settings(env)  # trainwell's FSDP takes bf16 only
     args = make_args(tmp_path)
-    env["ACCELERATE_MIXED_PRECISION"] = "no"  # fp16 needs a GPU (see the test below)
+    env["ACCELERATE_MIXED_PRECISION"] = "no"
     apply_accelerate_env(args, env)
     assert fsdp_words(args) == {"shard_grad_op", "offload", "auto_wrap"}
     assert args.fsdp_config["min_num_params"] == 1000
@@ -243,11 +244,12 @@ def test_user_values_equal_to_the_launch_are_fine(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("config, kwargs, names", [
-    (FSDP1_GRAD_OP_FP16, dict(bf16=True), ["bf16=True", "ACCELERATE_MIXED_PRECISION=fp16"]),
+    (MULTI_GPU_FP16_DYNAMO, dict(bf16=True), ["bf16=True", "ACCELERATE_MIXED_PRECISION=fp16"]),
     (FSDP2_BF16, dict(fsdp="shard_grad_op"), ["fsdp", "full_shard"]),
     (FSDP2_BF16, dict(fsdp="full_shard auto_wrap", fsdp_config={"transformer_layer_cls_to_wrap": ["Other"]}),
      ["transformer_layer_cls_to_wrap", "Other", "Block"]),
-    (FSDP1_GRAD_OP_FP16, dict(fsdp_config={"transformer_layer_cls_to_wrap": ["Block"]}), ["min_num_params"]),
+    (FSDP1_GRAD_OP_FP16.replace("fp16", "bf16"), dict(fsdp_config={"transformer_layer_cls_to_wrap": ["Block"]}),
+     ["min_num_params"]),
     (DEEPSPEED_PLUGIN, dict(gradient_accumulation_steps=4), ["gradient_accumulation_steps=4",
                                                              "ACCELERATE_GRADIENT_ACCUMULATION_STEPS=2"]),
     (DEEPSPEED_PLUGIN, dict(max_grad_norm=2.0), ["max_grad_norm", "ACCELERATE_GRADIENT_CLIPPING"]),
