@@ -122,3 +122,17 @@ def test_two_ranks_evaluate_and_predict_like_one_process(runs: dict[str, Any], s
 @pytest.mark.parametrize("scenario", UPSTREAM)
 def test_one_process_matches_transformers_trainer(runs: dict[str, Any], scenario: str) -> None:
     _assert_same(runs["ref"][scenario], runs["ref"][f"upstream/{scenario}"], f"upstream {scenario}")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 7])
+def test_round_robin_deals_every_batch_once_and_ranks_stay_in_step(n: int, world: int) -> None:
+    """An iterable dataset's batches: every rank runs the same number of steps; real batches, gathered step by
+    step in rank order, are the stream itself."""
+    from trainwell.loops.eval_loop import _round_robin
+
+    dealt = [list(_round_robin(range(n), rank, world)) for rank in range(world)]
+    assert len({len(d) for d in dealt}) == 1
+    gathered = [batch for step in zip(*dealt) for batch, placeholder in step if placeholder is None]
+    assert gathered == list(range(n))
+    assert all(batch in range(n) for d in dealt for batch, _ in d)  # a placeholder is a real batch, run and dropped

@@ -341,6 +341,10 @@ def gather_parts(nested: Any) -> list[Any]:
     if not (dist.is_available() and dist.is_initialized()):
         return [nested]
     leaves, spec = _flatten(nested)
+    device = _device_of(nested)
+    # numpy outputs (a custom prediction_step) are gathered too, as tensors; other leaves stay this rank's
+    leaves = [torch.from_numpy(leaf).to(device) if isinstance(leaf, np.ndarray) and leaf.dtype != object else leaf
+              for leaf in leaves]
     gathered = [_gather_tensor_parts(leaf) if isinstance(leaf, torch.Tensor) else None for leaf in leaves]
     return [_unflatten(spec, [parts[rank] if parts is not None else leaf for leaf, parts in zip(leaves, gathered)])
             for rank in range(dist.get_world_size())]
