@@ -129,7 +129,7 @@ def test_one_process_matches_transformers_trainer(runs: dict[str, Any], scenario
 def test_round_robin_deals_every_batch_once_and_ranks_stay_in_step(n: int, world: int) -> None:
     """An iterable dataset's batches: every rank runs the same number of steps; real batches, gathered step by
     step in rank order, are the stream itself."""
-    from trainwell.loops.eval_loop import _round_robin
+    from trainwell.loops.gather import _round_robin
 
     dealt = [list(_round_robin(range(n), rank, world)) for rank in range(world)]
     assert len({len(d) for d in dealt}) == 1
