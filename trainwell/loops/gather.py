@@ -7,6 +7,7 @@ with the same nested structure (the collectives pair up in order).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,28 +19,56 @@ from .nested import _flatten, _unflatten, nested_map
 PAD_INDEX = -100
 
 
-def _gather_tensor_parts(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """all_gather one tensor whose shape may differ between ranks: every rank's tensor, in rank order.
+def _exchange_shapes(tensors: list[torch.Tensor], world_size: int) -> list[list[tuple[int, ...]]]:
+    """Every rank's shapes of ``tensors`` (``shapes[rank][leaf]``), in one all_gather."""
+    import torch.distributed as dist
 
-    The tensors are padded to the largest shape for the collective and each part is cut back to its rank's own
-    shape, so no padding value ever reaches the caller.
+    header = torch.tensor([value for t in tensors for value in (t.ndim, *t.shape)], dtype=torch.long,
+                          device=tensors[0].device)
+    headers = [torch.empty_like(header) for _ in range(world_size)]
+    dist.all_gather(headers, header)
+    shapes = []
+    for values in (h.tolist() for h in headers):
+        rank_shapes, pos = [], 0
+        for _ in tensors:
+            ndim = values[pos]
+            rank_shapes.append(tuple(values[pos + 1:pos + 1 + ndim]))
+            pos += 1 + ndim
+        shapes.append(rank_shapes)
+    return shapes
+
+
+def _gather_leaves(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """all_gather tensors whose shapes may differ between ranks: ``parts[leaf][rank]``, each with its own shape.
+
+    One collective exchanges the shapes, then one per (dtype, device): each rank sends its tensors flattened
+    into one buffer (padded at the end to the longest rank's), so the cost does not grow with the number of
+    outputs and no padding value ever reaches the caller.
     """
     import torch.distributed as dist
 
-    tensor = torch.atleast_1d(tensor.detach()).contiguous()
     world_size = dist.get_world_size()
-    shape = torch.tensor(tensor.shape, dtype=torch.long, device=tensor.device)
-    shapes = [torch.empty_like(shape) for _ in range(world_size)]
-    dist.all_gather(shapes, shape)
-    sizes = [s.tolist() for s in shapes]
-    max_shape = [max(size[d] for size in sizes) for d in range(tensor.ndim)]
-    padded = tensor
-    if list(tensor.shape) != max_shape:
-        padded = tensor.new_zeros(max_shape)
-        padded[tuple(slice(0, size) for size in tensor.shape)] = tensor
-    parts = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(parts, padded)
-    return [part[tuple(slice(0, d) for d in size)] for part, size in zip(parts, sizes)]
+    tensors = [torch.atleast_1d(t.detach()) for t in tensors]
+    shapes = _exchange_shapes(tensors, world_size)
+    parts: list[list[Any]] = [[None] * world_size for _ in tensors]
+    groups: dict[tuple[torch.dtype, torch.device], list[int]] = {}
+    for i, tensor in enumerate(tensors):
+        groups.setdefault((tensor.dtype, tensor.device), []).append(i)
+    for (dtype, device), leaves in groups.items():
+        wire = torch.uint8 if dtype == torch.bool else dtype  # gloo has no bool collectives
+        sizes = [[math.prod(shapes[rank][i]) for i in leaves] for rank in range(world_size)]
+        longest = max(sum(rank_sizes) for rank_sizes in sizes)
+        buffers = [torch.zeros(longest, dtype=wire, device=device) for _ in range(world_size)]
+        if longest:
+            local = torch.cat([tensors[i].reshape(-1).to(wire) for i in leaves])
+            send = torch.cat([local, local.new_zeros(longest - local.numel())]) if local.numel() < longest else local
+            dist.all_gather(buffers, send)
+        for rank in range(world_size):
+            offset = 0
+            for i, size in zip(leaves, sizes[rank]):
+                parts[i][rank] = buffers[rank][offset:offset + size].view(shapes[rank][i]).to(dtype)
+                offset += size
+    return parts
 
 
 def gather_parts(nested: Any) -> list[Any]:
@@ -58,7 +87,11 @@ def gather_parts(nested: Any) -> list[Any]:
     # numpy outputs (a custom prediction_step) are gathered too, as tensors; other leaves stay this rank's
     leaves = [torch.from_numpy(leaf).to(device) if isinstance(leaf, np.ndarray) and leaf.dtype != object else leaf
               for leaf in leaves]
-    gathered = [_gather_tensor_parts(leaf) if isinstance(leaf, torch.Tensor) else None for leaf in leaves]
+    positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    gathered: list[Any] = [None] * len(leaves)
+    if positions:
+        for i, parts in zip(positions, _gather_leaves([leaves[i] for i in positions])):
+            gathered[i] = parts
     return [_unflatten(spec, [parts[rank] if parts is not None else leaf for leaf, parts in zip(leaves, gathered)])
             for rank in range(dist.get_world_size())]
 
@@ -87,9 +120,11 @@ def gather_across_ranks(nested: Any, pad_index: int = PAD_INDEX) -> Any:
 
     if nested is None or not (dist.is_available() and dist.is_initialized()):
         return nested
+    parts = gather_parts(nested)
     leaves, spec = _flatten(nested)
-    merged = [_concat_padded(_gather_tensor_parts(leaf), pad_index) if isinstance(leaf, torch.Tensor) else leaf
-              for leaf in leaves]
+    rank_leaves = [_flatten(part)[0] for part in parts]
+    merged = [_concat_padded([rank[i] for rank in rank_leaves], pad_index) if isinstance(leaf, torch.Tensor)
+              else leaf for i, leaf in enumerate(leaves)]
     return _unflatten(spec, merged)
 
 
