@@ -175,6 +175,9 @@ def run_trainer(trainer_cls: type, args_cls: type, n: int, batch: int, option: s
     trainer = trainer_cls(model=model, args=args, data_collator=collate, compute_metrics=metrics_fn)
     dataset = Stream(make_dataset(n)) if iterable else make_dataset(n)
     result: dict[str, Any] = {"evaluate": trainer.evaluate(dataset)}
+    trainer.compute_metrics = None  # evaluate() then asks for the loss only (no predictions gathered)
+    result["loss_only"] = trainer.evaluate(dataset)
+    trainer.compute_metrics = metrics_fn
     metrics_fn.reset()
     output = trainer.predict(dataset)
     concat = options.get("eval_do_concat_batches", True)

@@ -91,7 +91,7 @@ def _metrics(metrics: dict[str, Any]) -> dict[str, Any]:
 
 
 def _assert_same(got: dict[str, Any], want: dict[str, Any], what: str) -> None:
-    for name in ("evaluate", "predict_metrics"):
+    for name in ("evaluate", "loss_only", "predict_metrics"):
         got_m, want_m = _metrics(got[name]), _metrics(want[name])
         assert sorted(got_m) == sorted(want_m), f"{what}: {name} keys"
         for key, value in want_m.items():
@@ -113,6 +113,7 @@ def test_two_ranks_evaluate_and_predict_like_one_process(runs: dict[str, Any], s
         batch = int(scenario.split("bs=")[1])
         rows = rows // batch * batch
     assert len(np.asarray(want["label_ids"])) == rows  # every sample once, no padding duplicate
+    assert got["loss_only"]["eval_loss"] == pytest.approx(got["evaluate"]["eval_loss"], rel=1e-6)
     if option == "no_concat":  # the same list of batches as one process (each rank's batch kept apart)
         assert got["batch_rows"] == want["batch_rows"]
     if option == "include":  # the losses handed to compute_metrics: one per sample
