@@ -61,8 +61,9 @@ def _number(env: Mapping[str, str], name: str, kind: type) -> Any:
     try:
         return kind(value)
     except ValueError:
-        raise ValueError(f"environment variable {name}={value!r} is not a {kind.__name__}; fix the accelerate "
-                         "config or unset the variable") from None
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"environment variable {name}={value!r} is not {what}; fix the accelerate config or unset "
+                         "the variable") from None
 
 
 def _unsupported(env: Mapping[str, str]) -> list[str]:

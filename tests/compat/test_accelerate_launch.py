@@ -291,7 +291,7 @@ def test_fsdp_launch_with_deepspeed_arguments_is_an_error(tmp_path: Path) -> Non
     ({"ACCELERATE_DYNAMO_BACKEND": "INDUCTOR", "ACCELERATE_DYNAMO_USE_FULLGRAPH": "True"}, "fullgraph"),
     ({"ACCELERATE_USE_FSDP": "true", "ACCELERATE_USE_DEEPSPEED": "true"}, "two sharding backends"),
     ({"ACCELERATE_USE_FSDP": "maybe"}, "ACCELERATE_USE_FSDP='maybe' is not a boolean"),
-    ({"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "two"}, "is not a int"),
+    ({"ACCELERATE_GRADIENT_ACCUMULATION_STEPS": "two"}, "is not an integer"),
 ])
 def test_what_trainwell_cannot_honour_is_an_error(env: dict[str, str], match: str) -> None:
     with pytest.raises(ValueError, match=match):
