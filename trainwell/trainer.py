@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from . import reporting
+from .accelerate_env import apply_accelerate_env
 from .args import TrainingArguments
 from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
@@ -74,6 +75,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
         if tokenizer is not None:
             warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
@@ -209,7 +211,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         from .data.samplers import EvalShardSampler
 
         return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
-                                num_replicas=self.args.world_size, rank=self.args.process_index)
+                                num_replicas=self.args.world_size, rank=self.args.process_index,
+                                drop_last=self.args.dataloader_drop_last)
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""
