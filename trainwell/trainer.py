@@ -36,6 +36,7 @@ from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
                           forward_parameters, unwrap_model)
 from .optim import create_optimizer as build_optimizer
+from .overrides import accepts, call_override
 from .optim import get_decay_parameter_names
 from .schedules import get_scheduler
 from .state import TrainerControl, TrainerState
@@ -247,7 +248,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
         """``create_optimizer`` then ``create_scheduler``."""
         self.create_optimizer()
-        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+        # an override with the older signature create_scheduler(self, num_training_steps) gets no optimizer
+        call_override(self, "create_scheduler", num_training_steps=num_training_steps, optimizer=self.optimizer)
 
     def _scheduler_needs_metrics(self) -> bool:
         return isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -326,12 +328,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _compute_loss_takes_num_items(self) -> bool:
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
-        cached = self.__dict__.get("_loss_takes_num_items")
-        if cached is None:
-            params = inspect.signature(self.compute_loss).parameters.values()
-            cached = any(p.name == "num_items_in_batch" or p.kind is p.VAR_KEYWORD for p in params)
-            self._loss_takes_num_items = cached
-        return cached
+        return accepts(self, "compute_loss").takes("num_items_in_batch")
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None

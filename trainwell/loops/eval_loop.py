@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..overrides import call_override
 from ..reporting import speed_metrics
 from ..trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
 
@@ -673,7 +674,9 @@ class EvaluationMixin:
             labels = labels[0] if len(labels) == 1 else (labels or None)
         with torch.no_grad(), self.backend.autocast():
             if has_labels or loss_without_labels:
-                loss, outputs = self.compute_loss(model, inputs, return_outputs=True, num_items_in_batch=None)
+                # an override with the seeds' signature compute_loss(model, inputs, return_outputs=False) works too
+                loss, outputs = call_override(self, "compute_loss", model, inputs, return_outputs=True,
+                                              num_items_in_batch=None)
                 loss = loss.detach().mean()
             else:
                 loss, outputs = None, model(**inputs)
