@@ -21,8 +21,8 @@ LAYERS: dict[str, int] = {
     "args": 1, "parser": 1, "events": 1, "checkpoint": 1,
     # callbacks and execution backends (never the loops or the trainer)
     "callbacks": 2, "backends": 2, "seq2seq_args": 2,
-    "loops": 3,
-    "trainer_checkpoints": 4, "trainer": 4, "hpsearch": 4,
+    "loops": 3, "accelerator": 3,
+    "trainer_checkpoints": 4, "trainer_compat": 4, "trainer": 4, "hpsearch": 4,
     "seq2seq": 5, "zero": 5, "recipes": 5,
     "cli": 6, "__main__": 6, "__init__": 6,
 }

@@ -602,6 +602,13 @@ class TrainingArguments:
         # a path was already checked (exists, valid JSON) by _parse_dict_fields
         if self.deepspeed is not None and self.fsdp:
             raise ValueError("fsdp and deepspeed are both set; use one sharding backend.")
+        if self.deepspeed is not None:
+            from .deepspeed_config import DeepSpeedConfig
+
+            # As upstream: the config lives as long as these arguments, so is_deepspeed_zero3_enabled() (ours and
+            # transformers') is True from here on and from_pretrained builds a ZeRO-3 model partitioned.
+            self.hf_deepspeed_config = DeepSpeedConfig(self.deepspeed)
+            self.hf_deepspeed_config.trainer_config_process(self)
 
     def _resolve_misc(self) -> None:
         bad = [x for x in self.include_for_metrics if x not in INCLUDE_FOR_METRICS]
@@ -646,6 +653,7 @@ class TrainingArguments:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_runtime_cache", None)  # re-resolve on the machine that unpickles
+        state.pop("hf_deepspeed_config", None)  # process-wide registration, not data
         return state
 
     @property

@@ -22,6 +22,7 @@ from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from .callbacks.integrations import get_reporting_integration_callbacks
 from .trainer_checkpoints import TrainerCheckpointing
+from .trainer_compat import TrainerCompat
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from .data.loader import build_dataloader, has_length
@@ -47,7 +48,7 @@ logger = logging.getLogger("trainwell.trainer")
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 
-class Trainer(EvaluationMixin, TrainerCheckpointing):
+class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
@@ -400,6 +401,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
+        self._apply_trial_params(trial)  # a dict of hyper-parameters (Ray Tune, W&B sweeps) sets the arguments
         self._memory_tracker.start()
         self.is_in_train = True
         if self.model_init is not None:

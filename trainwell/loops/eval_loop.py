@@ -432,7 +432,7 @@ class EvaluationMixin:
     ``label_names``, ``can_return_loss``, ``_memory_tracker``, ``log(logs)``, ``_prepare_inputs(inputs)``,
     ``compute_loss(model, inputs, return_outputs, num_items_in_batch)``,
     ``_build_dataloader(dataset, *, batch_size, train, description)``, ``_model_for_eval()`` and
-    ``backend.autocast()``.
+    ``backend.autocast()``, ``_eval_loop_method()`` (``evaluation_loop``, or the legacy ``prediction_loop``).
     """
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
@@ -480,9 +480,9 @@ class EvaluationMixin:
         try:
             dataloader = self.get_eval_dataloader(eval_dataset)
             start_time = time.time()
-            output = self.evaluation_loop(dataloader, description="Evaluation",
-                                          prediction_loss_only=True if self.compute_metrics is None else None,
-                                          ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+            output = self._eval_loop_method()(dataloader, description="Evaluation",
+                                              prediction_loss_only=True if self.compute_metrics is None else None,
+                                              ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
         except BaseException:
             self._memory_tracker.stop("eval")  # so that a later train/evaluate is tracked again
             raise
@@ -502,8 +502,8 @@ class EvaluationMixin:
         try:
             dataloader = self.get_test_dataloader(test_dataset)
             start_time = time.time()
-            output = self.evaluation_loop(dataloader, description="Prediction", ignore_keys=ignore_keys,
-                                          metric_key_prefix=metric_key_prefix)
+            output = self._eval_loop_method()(dataloader, description="Prediction", ignore_keys=ignore_keys,
+                                              metric_key_prefix=metric_key_prefix)
         except BaseException:
             self._memory_tracker.stop("test")
             raise
