@@ -181,7 +181,14 @@ class TrainerAccelerator:
     # -- the model and the step ---------------------------------------------------------------------------------
     def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True,
                      keep_torch_compile: bool = True) -> nn.Module:
-        """The user's module inside DDP / DeepSpeed / ``torch.compile`` wrappers."""
+        """The user's module inside DDP / DeepSpeed wrappers; a ``torch.compile`` wrapper is kept unless
+        ``keep_torch_compile=False`` (as accelerate)."""
+        inner = getattr(model, "_orig_mod", None)
+        if inner is not None:
+            if keep_torch_compile:
+                model._orig_mod = unwrap_model(inner)
+                return model
+            return unwrap_model(inner)
         return unwrap_model(model)
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:

@@ -263,6 +263,8 @@ class TrainingArguments:
     save_on_each_node: bool = _f(False, "In multi-node runs, save on every node's main process.")
     save_only_model: bool = _f(False, "Save only the model (no optimizer/scheduler/RNG: cannot resume).")
     restore_callback_states_from_checkpoint: bool = _f(False, "Restore callback states when resuming.")
+    enable_jit_checkpoint: bool = _f(False, "On SIGTERM/SIGINT, save a checkpoint even with save_strategy='no' "
+                                            "(trainwell always stops gracefully and saves otherwise).")
     # --- devices and precision
     no_cuda: bool = _f(False, "Deprecated: use use_cpu.")
     use_cpu: bool = _f(False, "Train on the CPU even when a GPU is available.")

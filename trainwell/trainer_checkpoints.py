@@ -219,7 +219,8 @@ class TrainerCheckpointing:
     def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """Called after each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True.
 
-        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"``. Sets
+        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"`` (unless
+        ``enable_jit_checkpoint``, upstream's preemption switch, asks for it). Sets
         ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
         """
         if self.control.should_training_stop or not self._preemption_requested():
@@ -227,7 +228,7 @@ class TrainerCheckpointing:
         step = self.state.global_step
         name = self._preemption.signal_name or "a stop request"
         folder = self._checkpoints.checkpoint_dir(step)
-        if self.args.save_strategy == "no":
+        if self.args.save_strategy == "no" and not self.args.enable_jit_checkpoint:
             where = "no checkpoint saved (save_strategy='no')"
         else:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
