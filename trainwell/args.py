@@ -558,15 +558,17 @@ class TrainingArguments:
         torch.backends.cudnn.allow_tf32 = bool(self.tf32)
 
     def _resolve_sharded_ddp(self) -> None:
-        value = self.sharded_ddp
+        raw = value = self.sharded_ddp
         value = "simple" if value is True else ("" if value in (False, None) else value)
+        words = value.split() if isinstance(value, str) else list(value)
+        value = ["offload" if word == "cpu_offload" else word for word in words]  # seed 002: "zero_dp_2 cpu_offload"
         opts = _to_enum_list(ShardedDDPOption, value, "sharded_ddp")
         self.sharded_ddp = opts
         if not opts:
             return
         _deprecated("sharded_ddp", "fsdp (or sharded_ddp='simple' for DDP with ZeroRedundancyOptimizer)")
         if opts == [ShardedDDPOption.OFFLOAD] or opts == [ShardedDDPOption.AUTO_WRAP]:
-            raise ValueError(f"sharded_ddp={value!r}: offload/auto_wrap need zero_dp_2 or zero_dp_3.")
+            raise ValueError(f"sharded_ddp={raw!r}: offload/auto_wrap need zero_dp_2 or zero_dp_3.")
         if ShardedDDPOption.SIMPLE in opts:
             if len(opts) > 1:
                 raise ValueError("sharded_ddp='simple' cannot be combined with other options.")

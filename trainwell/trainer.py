@@ -35,7 +35,7 @@ from .logging_utils import setup_process_logging
 from .losses import LabelSmoother, extract_loss
 from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          forward_parameters, unwrap_model)
+                          find_labels, forward_parameters, unwrap_model)
 from .optim import create_optimizer as build_optimizer
 from .overrides import accepts, call_override
 from .optim import get_decay_parameter_names
@@ -103,7 +103,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
         self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
-        self.label_names = list(args.label_names) if args.label_names else ["labels"]
+        # upstream infers them from forward (QA models: start/end_positions); a forward(**kwargs) keeps ["labels"]
+        inferred = find_labels(self.model) or ["labels"]
+        self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
                                   is_world_process_zero=self.is_world_process_zero())

@@ -2,8 +2,8 @@
 
 ``accelerator`` (see :mod:`trainwell.accelerator`), ``deepspeed`` (the engine, once training has built it),
 ``is_deepspeed_enabled`` / ``is_fsdp_enabled``, ``get_num_trainable_parameters`` / ``get_learning_rates`` /
-``get_optimizer_group``, ``prediction_loop`` (the seeds' legacy loop, routed to the one evaluation loop), and the
-application of ``train(trial=<dict>)`` hyper-parameters to the arguments.
+``get_optimizer_group``, and the application of ``train(trial=<dict>)`` hyper-parameters to the arguments. (The
+seeds' legacy ``prediction_loop`` lives with the evaluation loop it routes to, in :mod:`trainwell.loops.eval_loop`.)
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ logger = logging.getLogger("trainwell.trainer")
 
 
 class TrainerCompat:
-    """Mixed into :class:`trainwell.Trainer`; relies on ``args``, ``model``, ``optimizer``, ``backend``,
-    ``evaluation_loop`` and ``_init_checkpointing``."""
+    """Mixed into :class:`trainwell.Trainer`; relies on ``args``, ``model``, ``optimizer``, ``backend`` and
+    ``_init_checkpointing``."""
 
     @property
     def accelerator(self) -> Any:
@@ -68,16 +68,6 @@ class TrainerCompat:
             if any(p is param for p in group["params"]):
                 return group
         return self.optimizer.param_groups
-
-    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
-                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> Any:
-        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
-        return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
-                                    ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
-
-    def _eval_loop_method(self) -> Any:
-        """``prediction_loop`` with ``use_legacy_prediction_loop``, else ``evaluation_loop`` (as upstream picks)."""
-        return self.prediction_loop if self.args.use_legacy_prediction_loop else self.evaluation_loop
 
     def _apply_trial_params(self, trial: Any) -> None:
         """``train(trial=<dict>)``: set each hyper-parameter on the arguments, as upstream does for Ray/W&B trials.

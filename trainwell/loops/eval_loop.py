@@ -432,7 +432,7 @@ class EvaluationMixin:
     ``label_names``, ``can_return_loss``, ``_memory_tracker``, ``log(logs)``, ``_prepare_inputs(inputs)``,
     ``compute_loss(model, inputs, return_outputs, num_items_in_batch)``,
     ``_build_dataloader(dataset, *, batch_size, train, description)``, ``_model_for_eval()`` and
-    ``backend.autocast()``, ``_eval_loop_method()`` (``evaluation_loop``, or the legacy ``prediction_loop``).
+    ``backend.autocast()``.
     """
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> Any:
@@ -545,6 +545,17 @@ class EvaluationMixin:
             metrics[f"{metric_key_prefix}_loss"] = float(np.mean(losses)) if losses.size else float("nan")
         metrics = _prefix_keys(metrics, metric_key_prefix)
         return EvalLoopOutput(predictions=preds, label_ids=labels, metrics=metrics, num_samples=num_samples)
+
+    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> Any:
+        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
+        return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
+                                    ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def _eval_loop_method(self) -> Any:
+        """``prediction_loop`` with ``use_legacy_prediction_loop``, else ``evaluation_loop`` (as upstream picks)."""
+        legacy = getattr(self.args, "use_legacy_prediction_loop", False)
+        return self.prediction_loop if legacy else self.evaluation_loop
 
     def _eval_batches(self, model: Any, dataloader: Any, description: str, prediction_loss_only: bool,
                       ignore_keys: list[str] | None) -> tuple[list[OutputAccumulator], Any, int]:
