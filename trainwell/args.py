@@ -633,6 +633,25 @@ class TrainingArguments:
             self.run_name = self.output_dir
         if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU
             self.dataloader_pin_memory = False
+        self._check_unimplemented()
+
+    def _check_unimplemented(self) -> None:
+        """Upstream switches trainwell does not implement: an error when the training would differ, else a warning."""
+        refused = {"neftune_noise_alpha": self.neftune_noise_alpha is not None,
+                   "use_liger_kernel": self.use_liger_kernel,
+                   "optim_target_modules": self.optim_target_modules is not None}
+        for name in [n for n, is_set in refused.items() if is_set]:
+            raise NotImplementedError(f"{name}={getattr(self, name)!r} is not supported by trainwell (the training "
+                                      f"would differ from upstream's); leave {name} unset.")
+        ignored = [name for name, is_set in (
+            ("jit_mode_eval", self.jit_mode_eval), ("use_ipex", self.use_ipex),
+            ("torch_empty_cache_steps", self.torch_empty_cache_steps is not None),
+            ("eval_use_gather_object", self.eval_use_gather_object),
+            ("average_tokens_across_devices", self.average_tokens_across_devices),
+            ("tpu_num_cores", self.tpu_num_cores is not None), ("mp_parameters", bool(self.mp_parameters))) if is_set]
+        if ignored:
+            logger.warning("TrainingArguments: %s: accepted for compatibility, no effect in trainwell.",
+                           ", ".join(ignored))
 
     # ------------------------------------------------------------------ runtime (lazy)
     def _runtime(self) -> tuple[Any, torch.device, int]:
