@@ -186,7 +186,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
                                                  description=description)
         sampler = None
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
-            sampler = self._get_train_sampler(dataset) if train else self._get_eval_sampler(dataset)
+            # an override of the older _get_train_sampler(self) reads self.train_dataset itself
+            sampler = (call_override(self, "_get_train_sampler", dataset) if train
+                       else self._get_eval_sampler(dataset))
         generator = torch.Generator()
         generator.manual_seed(self.args.seed)
         return build_dataloader(
@@ -196,8 +198,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
             persistent_workers=self.args.dataloader_persistent_workers,
             prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=seed_worker, generator=generator)
 
-    def _get_train_sampler(self, dataset: Any) -> Any:
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
         if self.args.group_by_length:
@@ -465,7 +468,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
             if self._is_new_best(metrics) and self.args.save_strategy == SaveStrategy.BEST:
                 self.control.should_save = True
         if self.control.should_save:
-            self._save_checkpoint(model, trial, tr_loss=tr_loss)
+            call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:

@@ -23,6 +23,7 @@ from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
+from .overrides import call_override
 from .state import TrainerState
 
 logger = logging.getLogger("trainwell.trainer")
@@ -232,7 +233,7 @@ class TrainerCheckpointing:
             where = "no checkpoint saved (save_strategy='no')"
         else:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
-                folder = self._save_checkpoint(model, trial, tr_loss=tr_loss)
+                folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
             where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
         self.preempted = True

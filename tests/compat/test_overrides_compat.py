@@ -241,3 +241,31 @@ def test_a_missing_required_argument_is_still_a_type_error():
 
     with pytest.raises(TypeError, match="required"):
         call_override(Needs(), "f", 1, 2)
+
+
+def test_old_get_train_sampler_without_the_dataset_argument(tmp_path):
+    class OldSampler(trainwell.Trainer):
+        def _get_train_sampler(self):  # upstream 4.x signature: reads self.train_dataset
+            return torch.utils.data.SequentialSampler(self.train_dataset)
+
+    trainer = OldSampler(model=Regressor(), args=_args(trainwell, tmp_path, num_train_epochs=1),
+                         train_dataset=Rows())
+    loader = trainer.get_train_dataloader()
+    first = next(iter(loader))
+    torch.testing.assert_close(first["x"], Rows().x[:4])  # sequential: the override was used
+    assert trainer.train().global_step == 4
+
+
+def test_old_save_checkpoint_signature(tmp_path):
+    saved: list[int] = []
+
+    class OldSave(trainwell.Trainer):
+        def _save_checkpoint(self, model, trial, metrics=None):  # upstream 4.x signature
+            saved.append(self.state.global_step)
+            return super()._save_checkpoint(model, trial)
+
+    args = _args(trainwell, tmp_path, num_train_epochs=1, save_strategy="steps", save_steps=2)
+    OldSave(model=Regressor(), args=args, train_dataset=Rows()).train()
+    assert saved == [2, 4]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2",
+                                                                                            "checkpoint-4"]
