@@ -5,7 +5,8 @@ Drop-in for upstream ``HfArgumentParser``: every ``init=True`` field of each dat
 ``field.metadata["aliases"]``. Type mapping:
 
 - ``bool`` / ``Optional[bool]``: ``--flag`` alone means True, ``--flag false`` (true/false/yes/no/1/0/t/f/y/n);
-  a bool defaulting to True also gets ``--no_flag``.
+  a bool defaulting to True, or an ``Optional[bool]`` left at None (``--no_tf32``), also gets ``--no_flag``; a bare
+  ``bool`` field without a default is an optional flag defaulting to False (as upstream).
 - ``Enum`` and ``Literal`` (also ``Union[Enum, str]``): ``choices`` (the enum's values; the dataclass converts them
   in ``__post_init__``).
 - ``list[X]``: ``nargs="+"`` of X. ``Optional[X]``: X. ``Union[int, float]``: int for integral text, else float.
@@ -188,7 +189,8 @@ class ArgParser(argparse.ArgumentParser):
 
     @staticmethod
     def _add_field(target: Any, field: dataclasses.Field, tp: Any, reserved: frozenset[str] = frozenset()) -> None:
-        """Add the option(s) for one field: ``--name``, ``--na-me``, aliases, and ``--no_name`` for True bools."""
+        """Add the option(s) for one field: ``--name``, ``--na-me``, aliases, and ``--no_name`` for bools that default
+        to True or None (unless ``reserved``, the dataclass's field names, holds ``no_name``)."""
         meta = dict(field.metadata)
         aliases = meta.get("aliases") or []
         aliases = [aliases] if isinstance(aliases, str) else list(aliases)

@@ -37,8 +37,8 @@ from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
                           find_labels, forward_parameters, unwrap_model)
 from .optim import create_optimizer as build_optimizer
-from .overrides import accepts, call_override
 from .optim import get_decay_parameter_names
+from .overrides import accepts, call_override
 from .schedules import get_scheduler
 from .state import TrainerControl, TrainerState
 from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
