@@ -99,6 +99,22 @@ class TrainerAccelerator:
         """Micro-batches per optimizer step."""
         return self._trainer.args.gradient_accumulation_steps
 
+    @property
+    def scaler(self) -> Any:
+        """The fp16 gradient scaler, or None."""
+        scaler = getattr(self._trainer.backend, "scaler", None)
+        return scaler if scaler is not None and scaler.is_enabled() else None
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """None without DeepSpeed; else an object with ``deepspeed_config`` (the config dict) and ``zero_stage``."""
+        config = getattr(self._trainer.backend, "ds_config", None)
+        if self._trainer.args.deepspeed is None or config is None:
+            return None
+        from types import SimpleNamespace
+
+        return SimpleNamespace(deepspeed_config=config.config, zero_stage=config.zero_stage, hf_ds_config=config)
+
     # -- synchronisation ----------------------------------------------------------------------------------------
     def wait_for_everyone(self) -> None:
         """A barrier across all processes (nothing in one process)."""

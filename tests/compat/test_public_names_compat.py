@@ -88,6 +88,7 @@ def test_accelerator_answers_the_common_calls(lib, tmp_path):
     assert acc.num_processes == 1 and acc.process_index == 0 and acc.local_process_index == 0
     assert acc.device == torch.device("cpu")
     assert acc.distributed_type == "NO" and acc.mixed_precision == "no"
+    assert acc.state.deepspeed_plugin is None and acc.scaler is None
     acc.wait_for_everyone()
     t = torch.arange(6.0).reshape(3, 2)
     assert torch.equal(acc.gather(t), t)
@@ -140,6 +141,8 @@ args = trainwell.TrainingArguments(output_dir={str(tmp_path / "out")!r}, use_cpu
                "train_batch_size": "auto", "gradient_accumulation_steps": "auto"}})
 trainer = trainwell.Trainer(model=Regressor(), args=args, train_dataset=Rows())
 assert trainer.deepspeed is None and trainer.is_deepspeed_enabled
+assert trainer.accelerator.state.deepspeed_plugin.deepspeed_config["zero_optimization"]["stage"] == 2
+assert trainer.accelerator.distributed_type == "DEEPSPEED"
 trainer.train()
 import deepspeed
 assert isinstance(trainer.deepspeed, deepspeed.DeepSpeedEngine), type(trainer.deepspeed)
