@@ -23,6 +23,7 @@ from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from .callbacks.integrations import get_reporting_integration_callbacks
 from .trainer_checkpoints import TrainerCheckpointing
+from .trainer_compat import TrainerCompat
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from .data.loader import build_dataloader, has_length
@@ -35,9 +36,10 @@ from .logging_utils import setup_process_logging
 from .losses import LabelSmoother, extract_loss
 from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          forward_parameters, unwrap_model)
+                          find_labels, forward_parameters, unwrap_model)
 from .optim import create_optimizer as build_optimizer
 from .optim import get_decay_parameter_names
+from .overrides import accepts, call_override
 from .schedules import get_scheduler
 from .state import TrainerControl, TrainerState
 from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
@@ -47,7 +49,7 @@ logger = logging.getLogger("trainwell.trainer")
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 
-class Trainer(EvaluationMixin, TrainerCheckpointing):
+class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
@@ -103,7 +105,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
         self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
-        self.label_names = list(args.label_names) if args.label_names else ["labels"]
+        # upstream infers them from forward (QA models: start/end_positions); a forward(**kwargs) keeps ["labels"]
+        inferred = find_labels(self.model) or ["labels"]
+        self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
                                   is_world_process_zero=self.is_world_process_zero())
@@ -184,7 +188,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                                                  description=description)
         sampler = None
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
-            sampler = self._get_train_sampler(dataset) if train else self._get_eval_sampler(dataset)
+            # an override of the older _get_train_sampler(self) reads self.train_dataset itself
+            sampler = (call_override(self, "_get_train_sampler", dataset) if train
+                       else self._get_eval_sampler(dataset))
         generator = torch.Generator()
         generator.manual_seed(self.args.seed)
         return build_dataloader(
@@ -194,8 +200,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             persistent_workers=self.args.dataloader_persistent_workers,
             prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=seed_worker, generator=generator)
 
-    def _get_train_sampler(self, dataset: Any) -> Any:
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
         if self.args.group_by_length:
@@ -250,7 +257,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
         """``create_optimizer`` then ``create_scheduler``."""
         self.create_optimizer()
-        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+        # an override with the older signature create_scheduler(self, num_training_steps) gets no optimizer
+        call_override(self, "create_scheduler", num_training_steps=num_training_steps, optimizer=self.optimizer)
 
     def _scheduler_needs_metrics(self) -> bool:
         return isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -329,12 +337,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _compute_loss_takes_num_items(self) -> bool:
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
-        cached = self.__dict__.get("_loss_takes_num_items")
-        if cached is None:
-            params = inspect.signature(self.compute_loss).parameters.values()
-            cached = any(p.name == "num_items_in_batch" or p.kind is p.VAR_KEYWORD for p in params)
-            self._loss_takes_num_items = cached
-        return cached
+        return accepts(self, "compute_loss").takes("num_items_in_batch")
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
@@ -406,6 +409,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
+        self._apply_trial_params(trial)  # a dict of hyper-parameters (Ray Tune, W&B sweeps) sets the arguments
         self._memory_tracker.start()
         self.is_in_train = True
         if self.model_init is not None:
@@ -468,7 +472,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             if self._is_new_best(metrics) and self.args.save_strategy == SaveStrategy.BEST:
                 self.control.should_save = True
         if self.control.should_save:
-            self._save_checkpoint(model, trial, tr_loss=tr_loss)
+            call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:

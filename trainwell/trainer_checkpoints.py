@@ -24,6 +24,7 @@ from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
+from .overrides import call_override
 from .state import TrainerState
 
 logger = logging.getLogger("trainwell.trainer")
@@ -309,7 +310,8 @@ class TrainerCheckpointing:
     def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """Called after each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True.
 
-        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"``. Sets
+        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"`` (unless
+        ``enable_jit_checkpoint``, upstream's preemption switch, asks for it). Sets
         ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
         """
         if self.control.should_training_stop or not self._preemption_requested():
@@ -317,11 +319,11 @@ class TrainerCheckpointing:
         step = self.state.global_step
         name = self._preemption.signal_name or "a stop request"
         folder = self._checkpoints.checkpoint_dir(step)
-        if self.args.save_strategy == "no":
+        if self.args.save_strategy == "no" and not self.args.enable_jit_checkpoint:
             where = "no checkpoint saved (save_strategy='no')"
         else:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
-                folder = self._save_checkpoint(model, trial, tr_loss=tr_loss)
+                folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
             where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
         self.preempted = True

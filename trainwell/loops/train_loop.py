@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import torch
 
 from ..data.loader import has_length
+from ..overrides import call_override
 from ..trainer_utils import TrainOutput
 
 
@@ -136,7 +137,7 @@ def _forward_backward(trainer: Any, model: Any, group: list[Any], tr_loss: torch
         if count_tokens:
             state.num_input_tokens_seen += trainer._count_input_tokens(inputs)
         with backend.no_sync(i == last):
-            step_loss = trainer.training_step(model, inputs, num_items)
+            step_loss = call_override(trainer, "training_step", model, inputs, num_items)  # old signatures too
         tr_loss += step_loss
         if window_losses is not None:  # logging_nan_inf_filter: kept to filter a nan/inf at log time (no tensor op)
             window_losses.append((state.global_step, step_loss))
