@@ -317,7 +317,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         """Forward and backward on one micro-batch; returns the detached loss (already divided for accumulation)."""
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
-        # per-micro-batch mean, so it is divided by the accumulation steps like any other.
+        # per-micro-batch mean, so it is divided like any other.
         takes_items = self._compute_loss_takes_num_items()
         with self.compute_loss_context_manager():
             if takes_items:
@@ -326,10 +326,12 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                 loss = self.compute_loss(model, inputs)
         if self._n_gpu > 1:
             loss = loss.mean()
-        normalised = takes_items and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
-        ga = self.args.gradient_accumulation_steps
-        if ga > 1 and (num_items_in_batch is None or not normalised):
-            loss = loss / ga
+        scaled = self.loss_is_scaled_for_ga
+        if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
+            scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
+        if not scaled and self.current_gradient_accumulation_steps != 1:
+            # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
+            loss = loss / self.current_gradient_accumulation_steps
         self.backend.backward(loss)
         return loss.detach()
 
