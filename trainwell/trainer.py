@@ -423,10 +423,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         resume_from = self._resolve_resume(resume_from_checkpoint)
         try:
             with self._preemption_scope():
+                if self.args.auto_find_batch_size:
+                    from .loops.batch_size import train_finding_batch_size
+
+                    return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
+                                                    ignore_keys_for_eval=ignore_keys_for_eval)
                 return run_training(self, resume_from=resume_from, trial=trial,
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
             self.is_in_train = False
+            self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
 
     def _init_state(self, plan: TrainPlan) -> None:
         """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
