@@ -120,7 +120,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.current_flos = 0.0
         self._skipped_steps = 0
         self._warned_non_finite = False
-        self._train_batch_size = args.train_batch_size  # lowered by auto_find_batch_size after out-of-memory errors
+        # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
+        self._train_batch_size = self._requested_batch_size = args.train_batch_size
         self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
         self._num_params: int | None = None
@@ -421,6 +422,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             self._adopt_model(self.call_model_init(trial))
             self.optimizer, self.lr_scheduler = None, None
         resume_from = self._resolve_resume(resume_from_checkpoint)
+        if self.args.train_batch_size != self._requested_batch_size:  # new arguments (a hyperparameter search trial)
+            self._train_batch_size = self._requested_batch_size = self.args.train_batch_size
         try:
             with self._preemption_scope():
                 if self.args.auto_find_batch_size:
