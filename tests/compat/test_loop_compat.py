@@ -249,3 +249,43 @@ def test_out_of_memory_at_batch_size_one_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="out of memory even with a batch size of 1 per device"):
         trainer.train()
     assert isinstance(Path(tmp_path), Path)
+
+
+# ------------------------------------------------------------------------------------ F. the loop's typed state
+def test_loop_state_is_what_the_loop_owns_and_upstream_attributes_still_read(tmp_path):
+    from trainwell.loops.train_loop import LoopState
+
+    seen = []
+
+    class ReadsPrivateAttributes(trainwell.TrainerCallback):  # as some upstream user callbacks do
+        def on_log(self, args, state, control, **kwargs):
+            seen.append((trainer._globalstep_last_logged, trainer._total_loss_scalar))
+
+    trainer = ours(tmp_path, callbacks=[ReadsPrivateAttributes()], logging_steps=2)
+    assert trainer._globalstep_last_logged == 0 and trainer._total_loss_scalar == 0.0
+    result = trainer.train()
+    assert isinstance(trainer._loop, LoopState)
+    losses = _losses(trainer.state.log_history)
+    assert [step for step, _ in seen[:2]] == [2, 4]
+    assert seen[1][1] == pytest.approx(2 * sum(losses), rel=1e-6)  # the logged windows summed
+    assert result.training_loss == pytest.approx(trainer._total_loss_scalar / 4, rel=1e-6)
+
+
+def test_a_resume_takes_its_own_rank_running_loss():
+    from trainwell.loops.loop_state import DataPosition
+
+    position = DataPosition(tr_loss=1.0, tr_loss_per_rank=[1.0, 3.0])
+    assert position.running_loss_of(1, world_size=2) == 3.0
+    assert position.running_loss_of(0, world_size=1) == 2.0  # another world size: the mean the next log averages
+    assert DataPosition(tr_loss=1.5).running_loss_of(1, world_size=2) == 1.5  # a checkpoint from before
+    assert DataPosition.from_dict({"tr_loss": 0.5, "unknown": 1}).tr_loss_per_rank is None
+
+
+def test_loss_divisors_weigh_micro_batches_by_rows():
+    from trainwell.loops.train_loop import loss_divisors
+
+    batch = lambda rows: {"x": torch.zeros(rows, 3), "labels": torch.zeros(rows)}  # noqa: E731
+    assert loss_divisors([batch(2)]) == [1]
+    assert loss_divisors([batch(2), batch(2), batch(2)]) == [3, 3, 3]
+    assert loss_divisors([batch(2), batch(2), batch(1)]) == [2.5, 2.5, 5.0]
+    assert loss_divisors([[1, 2], [3]]) == [2, 2]  # rows unknown: the number of micro-batches
