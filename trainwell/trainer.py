@@ -494,8 +494,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
             # StopOnNonFiniteLossCallback.
             self._warned_non_finite = True
-            logger.warning("The training loss is %s in the %d steps before step %d (logging_nan_inf_filter=False "
-                           "logs it as it is). Add StopOnNonFiniteLossCallback() to stop when the weights "
+            logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
+                           "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
                            "diverge.", window, steps, self.state.global_step)
         logs: dict[str, float] = {"loss": window / steps}
         if grad_norm is not None:
