@@ -311,6 +311,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             loss = self.label_smoother(outputs, labels)
         else:
             loss = extract_loss(outputs, inputs, self.label_names)
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
+                (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
+            loss = loss * self.args.world_size
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
@@ -349,13 +353,19 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
     def _count_items(self, group: list[Any]) -> torch.Tensor | None:
-        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly."""
+        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly;
+        summed over the ranks with ``average_tokens_across_devices`` (then ``compute_loss`` scales the loss back)."""
         counts = [b["labels"].ne(-100).sum() for b in group
                   if isinstance(b, Mapping) and isinstance(b.get("labels"), torch.Tensor)]
         if not counts:
             return None
         total = torch.stack(counts).sum() if len(counts) > 1 else counts[0]
-        return total.to(self.args.device)
+        total = total.to(self.args.device)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(total)  # the items of the whole global batch (one collective per optimizer step)
+        return total
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
