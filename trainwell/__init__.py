@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "ProgressCallback": "callbacks",
     "PrinterCallback": "callbacks",
     "EarlyStoppingCallback": "callbacks",
+    "StopOnNonFiniteLossCallback": "callbacks",
     "TensorBoardCallback": "callbacks.integrations.tensorboard",
     "MLflowCallback": "callbacks.integrations.mlflow",
     # utilities and types
