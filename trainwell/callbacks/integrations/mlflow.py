@@ -43,6 +43,12 @@ def _import_mlflow() -> Any:
     return mlflow
 
 
+def _mlflow_installed() -> bool:
+    from ...trackers import is_installed
+
+    return is_installed("mlflow")
+
+
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Flatten nested dicts into ``a.b`` keys."""
     flat: dict[str, Any] = {}
@@ -81,6 +87,8 @@ class MLflowCallback(TrainerCallback):
     MAX_PARAMS_TAGS_PER_BATCH = 100
 
     def __init__(self) -> None:
+        if not _mlflow_installed():
+            _import_mlflow()  # raises the error naming the pip command, at construction as upstream
         self._ml_flow: Any = None
         self._initialized = False
         self._auto_end_run = False

@@ -8,6 +8,7 @@ import numbers
 import os
 from typing import TYPE_CHECKING, Any
 
+from ...trackers import is_installed
 from ..base import TrainerCallback
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class TensorBoardCallback(TrainerCallback):
     """
 
     def __init__(self, tb_writer: Any = None) -> None:
+        if tb_writer is None and not (is_installed("tensorboard") or is_installed("tensorboardX")):
+            _summary_writer_class()  # raises the error naming the pip command, at construction as upstream
         self.tb_writer = tb_writer
 
     def _init_summary_writer(self, args: Any, log_dir: str | None = None) -> None:
