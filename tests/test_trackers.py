@@ -1,0 +1,202 @@
+"""Each experiment tracker for real, offline: train a tiny model with ``report_to=<tracker>`` and read back what was
+logged (metrics per step, the config, the run name, artifacts where the tracker has them) with the tracker's own
+reader or from its own files. A test is skipped when its package is not installed (``pip install trainwell[test]``
+installs them)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import struct
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwell import Trainer, TrainingArguments
+
+RUN_NAME = "tw-run"
+LR = 0.05
+
+
+class TinyConfig:
+    """A model config the trackers log (like a transformers ``PretrainedConfig``)."""
+
+    def __init__(self, hidden_size: int = 2) -> None:
+        self.hidden_size = hidden_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"hidden_size": self.hidden_size, "model_type": "tiny-regression"}
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def train(tiny: Any, tmp_path: Path, report_to: str, *, evaluate: bool = False, **overrides: Any
+          ) -> tuple[Trainer, dict[int, float]]:
+    """Four optimizer steps (one log each), optionally an evaluation; returns the trainer and {step: loss}."""
+    model = tiny.RegressionModel()
+    model.config = TinyConfig()
+    options: dict[str, Any] = dict(output_dir=str(tmp_path / "out"), report_to=report_to, run_name=RUN_NAME,
+                                   max_steps=4, logging_steps=1, per_device_train_batch_size=4, learning_rate=LR,
+                                   save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
+                                   dataloader_pin_memory=False)
+    options.update(overrides)
+    trainer = Trainer(model=model, args=TrainingArguments(**options), train_dataset=tiny.regression_data(16),
+                      eval_dataset=tiny.regression_data(8, seed=1))
+    trainer.train()
+    if evaluate:
+        trainer.evaluate()
+    losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+    assert sorted(losses) == [1, 2, 3, 4]
+    return trainer, losses
+
+
+def assert_losses(logged: dict[int, float], expected: dict[int, float]) -> None:
+    assert sorted(logged) == sorted(expected), (logged, expected)
+    for step, value in expected.items():
+        assert math.isclose(logged[step], value, rel_tol=1e-6), (step, logged[step], value)
+
+
+# ------------------------------------------------------------------------------------------------ TensorBoard
+def test_tensorboard(tiny, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer, losses = train(tiny, tmp_path, "tensorboard", evaluate=True, logging_dir=str(tmp_path / "tb"))
+    events = EventAccumulator(str(tmp_path / "tb"), size_guidance={"scalars": 0, "tensors": 0}).Reload()
+    assert_losses({e.step: e.value for e in events.Scalars("train/loss")}, losses)
+    assert [e.step for e in events.Scalars("eval/loss")] == [4]
+    args_text = events.Tensors("args/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert f'"learning_rate": {LR}' in args_text and f'"run_name": "{RUN_NAME}"' in args_text
+    assert "tiny-regression" in events.Tensors("model_config/text_summary")[0].tensor_proto.string_val[0].decode()
+
+
+# ------------------------------------------------------------------------------------------------ MLflow
+def test_mlflow(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"  # mlflow 3's store; artifacts go to ./mlartifacts
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "tw-exp")
+    monkeypatch.setenv("HF_MLFLOW_LOG_ARTIFACTS", "1")
+    monkeypatch.setenv("MLFLOW_TAGS", json.dumps({"team": "trainwell"}))
+    trainer, losses = train(tiny, tmp_path, "mlflow", save_strategy="steps", save_steps=2)
+    assert mlflow.active_run() is None  # the callback ended the run it started
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("tw-exp")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == RUN_NAME and run.data.tags["team"] == "trainwell"
+    assert run.data.params["learning_rate"] == str(LR) and run.data.params["hidden_size"] == "2"
+    assert_losses({m.step: m.value for m in client.get_metric_history(run.info.run_id, "loss")}, losses)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"checkpoint-2", "checkpoint-4"} <= artifacts
+    assert "model.safetensors" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "checkpoint-4")}
+
+
+# ------------------------------------------------------------------------------------------------ W&B
+def _wandb_records(run_dir: Path) -> list[Any]:
+    """The records of an offline run's ``.wandb`` file, parsed with wandb's own protobuf ``Record``.
+
+    The file is wandb's LevelDB-style log: a 7-byte header, then 32 KiB blocks of chunks (crc32 4, length 2,
+    type 1: full/first/middle/last).
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = run_dir.glob("run-*.wandb")
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    records, pending, pos, block = [], b"", 7, 32768
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # the rest of a block too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            break
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+    return records
+
+
+def test_wandb_offline(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    import wandb
+
+    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_PROJECT", "tw-proj")
+    monkeypatch.setenv("WANDB_LOG_MODEL", "end")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DISABLED", raising=False)
+    try:
+        trainer, losses = train(tiny, tmp_path, "wandb", evaluate=True)
+        run_dir = Path(wandb.run.dir).parent
+    finally:
+        wandb.finish()
+    records = _wandb_records(run_dir)
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.display_name == RUN_NAME and run.project == "tw-proj"
+    config = {item.key: json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "config"
+              for item in r.config.update}
+    config.update({item.key: json.loads(item.value_json) for item in run.config.update})
+    assert config["learning_rate"] == LR and config["hidden_size"] == 2 and config["run_name"] == RUN_NAME
+    assert config["model/num_parameters"] == 3
+    history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+               for r in records if r.WhichOneof("record_type") == "history"]
+    assert_losses({h["train/global_step"]: h["train/loss"] for h in history if "train/loss" in h}, losses)
+    assert [h["train/global_step"] for h in history if "eval/loss" in h] == [4]
+    summary = {i.key: json.loads(i.value_json) for r in records if r.WhichOneof("record_type") == "summary"
+               for i in r.summary.update}
+    assert "train_runtime" in summary and "train/train_runtime" not in summary
+    artifacts = [r.artifact for r in records if r.WhichOneof("record_type") == "artifact"]
+    assert [a.type for a in artifacts] == ["model"] and artifacts[0].name == f"model-{RUN_NAME}"
+    assert "model.safetensors" in {entry.path for entry in artifacts[0].manifest.contents}
+
+
+def test_wandb_disabled_logs_nothing(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_DISABLED", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-home"))
+    monkeypatch.chdir(tmp_path)
+    train(tiny, tmp_path, "wandb")
+    assert not (tmp_path / "wandb-home").exists() and not (tmp_path / "wandb").exists()
+
+
+# ------------------------------------------------------------------------------------------------ Comet
+def test_comet_offline(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("comet_ml")
+    monkeypatch.setenv("COMET_MODE", "offline")
+    monkeypatch.setenv("COMET_OFFLINE_DIRECTORY", str(tmp_path / "comet"))
+    monkeypatch.setenv("COMET_PROJECT_NAME", "tw-proj")
+    monkeypatch.setenv("COMET_AUTO_LOG_CO2", "false")
+    monkeypatch.setenv("COMET_AUTO_LOG_GIT_METADATA", "false")
+    monkeypatch.setenv("COMET_AUTO_LOG_ENV_DETAILS", "false")
+    monkeypatch.setenv("COMET_ERROR_TRACKING_ENABLE", "false")  # no network: no error reports
+    trainer, losses = train(tiny, tmp_path, "comet_ml")
+    import comet_ml
+
+    comet_ml.get_running_experiment().end()
+    (archive,) = (tmp_path / "comet").glob("*.zip")
+    with zipfile.ZipFile(archive) as zf:
+        meta = json.loads(zf.read("experiment.json"))
+        messages = [json.loads(line) for line in zf.read("messages.json").decode().splitlines() if line.strip()]
+    assert meta["project_name"] == "tw-proj"
+    names = [m["payload"]["value"] for m in messages if m["type"] == "log_other" and m["payload"]["key"] == "Name"]
+    params = {p["paramName"]: p["paramValue"] for m in messages if m["type"] == "parameter_msg"
+              for p in [m["payload"].get("param") or m["payload"]["params"]]}
+    metrics = [m["payload"]["metric"] for m in messages if m["type"] == "metric_msg"]
+    assert names == [RUN_NAME]
+    assert float(params["args|learning_rate"]) == LR and params["config|hidden_size"] in ("2", 2)
+    assert_losses({m["step"]: float(m["metricValue"]) for m in metrics if m["metricName"] == "train/loss"}, losses)
