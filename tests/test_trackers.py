@@ -8,7 +8,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import struct
+import subprocess
+import sys
+import textwrap
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -52,6 +56,33 @@ def train(tiny: Any, tmp_path: Path, report_to: str, *, evaluate: bool = False, 
     losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
     assert sorted(losses) == [1, 2, 3, 4]
     return trainer, losses
+
+
+def train_in_child(tmp_path: Path, report_to: str, read_back: str, env: dict[str, str]) -> dict[str, Any]:
+    """``train`` in a fresh interpreter (for trackers that fix their storage folder when imported), then
+    ``read_back`` (code setting ``result``) there; returns ``{"losses": {step: loss}, "result": result}``."""
+    script = textwrap.dedent("""
+        import json, sys
+        from pathlib import Path
+        from types import SimpleNamespace
+        sys.path.insert(0, TESTS)
+        import conftest
+        from test_trackers import train
+        tiny = SimpleNamespace(RegressionModel=conftest.RegressionModel, regression_data=conftest.regression_data)
+        trainer, losses = train(tiny, Path(TMP), REPORT_TO)
+        result = None
+    """) + textwrap.dedent(read_back) + "\nprint('RESULT=' + json.dumps({'losses': losses, 'result': result}))\n"
+    tests = str(Path(__file__).parent)
+    script = script.replace("TESTS", repr(tests)).replace("TMP", repr(str(tmp_path))).replace("REPORT_TO", repr(report_to))
+    child_env = {**os.environ, **env, "OMP_NUM_THREADS": "1",
+                 "PYTHONPATH": os.pathsep.join([str(Path(tests).parent), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=child_env, capture_output=True, text=True,
+                         timeout=600)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT=")]
+    assert out.returncode == 0 and lines, out.stdout[-3000:] + out.stderr[-3000:]
+    payload = json.loads(lines[-1][len("RESULT="):])
+    payload["losses"] = {int(k): v for k, v in payload["losses"].items()}
+    return payload
 
 
 def assert_losses(logged: dict[int, float], expected: dict[int, float]) -> None:
@@ -200,3 +231,125 @@ def test_comet_offline(tiny, tmp_path, monkeypatch):
     assert names == [RUN_NAME]
     assert float(params["args|learning_rate"]) == LR and params["config|hidden_size"] in ("2", 2)
     assert_losses({m["step"]: float(m["metricValue"]) for m in metrics if m["metricName"] == "train/loss"}, losses)
+
+
+# ------------------------------------------------------------------------------------------------ DVCLive
+def test_dvclive(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("dvclive")
+    import yaml
+
+    monkeypatch.chdir(tmp_path)  # Live() writes ./dvclive
+    monkeypatch.setenv("HF_DVCLIVE_LOG_MODEL", "true")
+    monkeypatch.setenv("DVCLIVE_LOGLEVEL", "ERROR")
+    trainer, losses = train(tiny, tmp_path, "dvclive")
+    params = yaml.safe_load((tmp_path / "dvclive" / "params.yaml").read_text())
+    assert params["learning_rate"] == LR and params["run_name"] == RUN_NAME
+    with open(tmp_path / "dvclive" / "plots" / "metrics" / "loss.tsv") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    # one DVCLive step per log, counted from 0
+    assert_losses({int(r["step"]) + 1: float(r["loss"]) for r in rows}, losses)
+    summary = json.loads((tmp_path / "dvclive" / "metrics.json").read_text())
+    assert summary["step"] == 4 and math.isclose(summary["train"]["loss"], trainer.state.log_history[-1]["train_loss"])
+    assert (tmp_path / "out" / "last" / "model.safetensors").is_file()  # HF_DVCLIVE_LOG_MODEL: the final model
+
+
+# ------------------------------------------------------------------------------------------------ CodeCarbon
+def test_codecarbon(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("codecarbon")
+    monkeypatch.setenv("CODECARBON_LOG_LEVEL", "error")
+    monkeypatch.setenv("CODECARBON_SAVE_TO_API", "false")
+    monkeypatch.chdir(tmp_path)
+    train(tiny, tmp_path, "codecarbon")
+    with open(tmp_path / "out" / "emissions.csv") as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["duration"]) > 0 and float(row["emissions"]) >= 0 and float(row["energy_consumed"]) >= 0
+
+
+# ------------------------------------------------------------------------------------------------ ClearML
+def test_clearml_offline(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("clearml")
+    from clearml import Task
+
+    monkeypatch.setenv("CLEARML_OFFLINE_MODE", "1")
+    monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml-cache"))
+    monkeypatch.setenv("CLEARML_PROJECT", "tw-proj")
+    monkeypatch.setenv("CLEARML_TASK", RUN_NAME)
+    monkeypatch.setenv("CLEARML_LOG_MODEL", "false")
+    monkeypatch.chdir(tmp_path)
+    trainer, losses = train(tiny, tmp_path, "clearml")
+    assert Task.is_offline()  # CLEARML_OFFLINE_MODE: nothing left this machine
+    (session,) = [p for p in (tmp_path / "clearml-cache").rglob("offline-*") if p.is_dir()]
+    task = json.loads((session / "task.json").read_text())
+    assert task["name"] == RUN_NAME and task["project_name"] == "tw-proj"
+    hparams = task["hyperparams"]["Transformers"]
+    assert float(hparams["learning_rate"]["value"]) == LR and hparams["run_name"]["value"] == RUN_NAME
+    events = [e for line in (session / "metrics.jsonl").read_text().splitlines() for e in json.loads(line)]
+    scalars = [e for e in events if e["type"] == "training_stats_scalar"]
+    assert_losses({e["iter"]: e["value"] for e in scalars if (e["metric"], e["variant"]) == ("train", "loss")},
+                  losses)
+    assert {"train_runtime", "train_loss"} <= {e["variant"] for e in scalars if e["metric"] == "Summary"}
+
+
+# ------------------------------------------------------------------------------------------------ Neptune
+def test_neptune_offline(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("neptune")
+    monkeypatch.setenv("NEPTUNE_MODE", "offline")
+    monkeypatch.setenv("NEPTUNE_PROJECT", "ws/tw-proj")
+    monkeypatch.chdir(tmp_path)
+    trainer, losses = train(tiny, tmp_path, "neptune")
+    (log,) = (tmp_path / ".neptune").rglob("data-1.log")
+    ops = [json.loads(line)["obj"] for line in log.read_text().splitlines()]
+    values = {"/".join(op["path"]): op.get("value") for op in ops if op["type"].startswith("Assign")}
+    assert values["sys/name"] == RUN_NAME
+    assert values["finetuning/trainer_parameters/learning_rate"] == LR
+    assert values["finetuning/model_parameters/hidden_size"] == 2
+    series = {v["step"]: v["value"] for op in ops if op["path"] == ["finetuning", "train", "loss"]
+              for v in op["values"]}
+    assert_losses(series, losses)
+
+
+# ------------------------------------------------------------------------------------------------ Trackio
+def test_trackio_local(tmp_path):
+    pytest.importorskip("trackio")
+    read_back = """
+        from trackio.sqlite_storage import SQLiteStorage
+        result = {"runs": SQLiteStorage.get_runs("tw-proj"), "config": SQLiteStorage.get_run_config("tw-proj", "tw-run"),
+                  "logs": SQLiteStorage.get_logs("tw-proj", "tw-run")}
+    """
+    out = train_in_child(tmp_path, "trackio", read_back, {"TRACKIO_DIR": str(tmp_path / "trackio"),
+                                                         "TRACKIO_PROJECT": "tw-proj", "HF_HUB_OFFLINE": "1"})
+    result = out["result"]
+    assert result["runs"] == [RUN_NAME]
+    assert result["config"]["learning_rate"] == LR and result["config"]["hidden_size"] == 2
+    assert_losses({log["train/global_step"]: log["train/loss"] for log in result["logs"] if "train/loss" in log},
+                  out["losses"])
+
+
+# ------------------------------------------------------------------------------------------------ SwanLab
+def test_swanlab_offline(tmp_path):
+    pytest.importorskip("swanlab")
+    read_back = """
+        import swanlab, yaml
+        from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+        from swanlab.sdk.internal.core_python.store import DataStoreReader
+        swanlab.finish()  # the callback leaves the run open after train(), as upstream
+        (run_dir,) = [p for p in Path("swanlog").iterdir() if p.name.startswith("run-")]
+        config = yaml.safe_load((run_dir / "files" / "config.yaml").read_text())
+        reader, start, loss = DataStoreReader(), None, {}
+        reader.open(next(run_dir.glob("*.swanlab")))
+        for data in reader:
+            record = Record()
+            record.ParseFromString(data)
+            if record.HasField("start"):
+                start = {"project": record.start.project, "name": record.start.name}
+            elif record.HasField("scalar") and record.scalar.key == "train/loss":
+                loss[record.scalar.step] = record.scalar.value.number
+        result = {"config": {k: (v.get("value") if isinstance(v, dict) else v) for k, v in config.items()},
+                  "start": start, "loss": loss}
+    """
+    out = train_in_child(tmp_path, "swanlab", read_back, {"SWANLAB_MODE": "offline", "SWANLAB_PROJECT": "tw-proj",
+                                                         "SWANLAB_LOG_DIR": str(tmp_path / "swanlog")})
+    result = out["result"]
+    assert result["start"] == {"project": "tw-proj", "name": RUN_NAME}
+    assert result["config"]["learning_rate"] == LR and result["config"]["hidden_size"] == 2
+    assert_losses({int(k): v for k, v in result["loss"].items()}, out["losses"])

@@ -63,6 +63,8 @@ class ClearMLCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         self._clearml = clearml = require("clearml")
+        if env_flag("CLEARML_OFFLINE_MODE") and not clearml.Task.is_offline():
+            clearml.Task.set_offline(True)  # clearml reads the variable once, at import; honour it set later too
         current = clearml.Task.current_task()
         if current is not None:
             self._clearml_task = current
@@ -136,5 +138,4 @@ class ClearMLCallback(TrainerCallback):
         """Close the task this callback created."""
         if self._close_on_train_end and self._clearml_task is not None:
             self._clearml_task.close()
-            self._clearml_task = None
-            self._initialized = False
+            self._clearml_task = None  # later logs (an evaluate() after train) have no task to go to, as upstream

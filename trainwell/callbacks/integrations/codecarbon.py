@@ -6,6 +6,7 @@ emissions are written to ``output_dir/emissions.csv``. Set ``CODECARBON_LOG_LEVE
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from ..base import TrainerCallback
@@ -33,6 +34,7 @@ class CodeCarbonCallback(TrainerCallback):
         """Create the tracker writing into ``output_dir``."""
         if self.tracker is None and state.is_local_process_zero:
             codecarbon = require("codecarbon")
+            os.makedirs(args.output_dir, exist_ok=True)  # codecarbon refuses a folder that does not exist yet
             self.tracker = codecarbon.EmissionsTracker(output_dir=args.output_dir)
 
     def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:

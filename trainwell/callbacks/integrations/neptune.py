@@ -104,6 +104,8 @@ class NeptuneCallback(TrainerCallback):
         """Log the parameters (and the trial during hyper-parameter search)."""
         if not state.is_world_process_zero:
             return
+        if self._run is None and self._initial_run is None and self._init_run_kwargs.get("name") is None:
+            self._init_run_kwargs["name"] = args.run_name  # trainwell: the run is named like the other trackers'
         from ... import __version__
 
         self.run[self.integration_version_key] = __version__

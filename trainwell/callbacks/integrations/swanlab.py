@@ -24,6 +24,14 @@ __all__ = ["SwanLabCallback"]
 logger = logging.getLogger(__name__)
 
 
+def _active_run(swanlab: Any) -> Any:
+    """The run the user started, if any (newer swanlab raises instead of returning None)."""
+    try:
+        return swanlab.get_run()
+    except RuntimeError:
+        return None
+
+
 class SwanLabCallback(TrainerCallback):
     """Logs the config and metrics (``train/x``, ``eval/x``, totals under ``single_value/``) to SwanLab."""
 
@@ -40,6 +48,8 @@ class SwanLabCallback(TrainerCallback):
             return
         self._swanlab = swanlab = require("swanlab")
         init_args: dict[str, Any] = {"project": os.getenv("SWANLAB_PROJECT")}
+        if os.getenv("SWANLAB_LOG_DIR"):
+            init_args["log_dir"] = os.getenv("SWANLAB_LOG_DIR")
         names = [n for n in (args.run_name, state.trial_name) if n is not None]
         if names:
             init_args["experiment_name"] = "-".join(names)
@@ -49,8 +59,14 @@ class SwanLabCallback(TrainerCallback):
             init_args["resume"] = os.getenv("SWANLAB_RESUME")
         elif getattr(args, "resume_from_checkpoint", None):
             init_args["resume"] = "allow"
-        if swanlab.get_run() is None:
-            swanlab.init(**init_args)
+        if _active_run(swanlab) is None:
+            # swanlab >= 0.10 parses SWANLAB_<A>_<B> as nested settings and rejects upstream's SWANLAB_PROJECT /
+            # SWANLAB_LOG_DIR; they are passed as arguments instead, and hidden from it while it starts
+            hidden = {k: os.environ.pop(k) for k in ("SWANLAB_PROJECT", "SWANLAB_LOG_DIR") if k in os.environ}
+            try:
+                swanlab.init(**init_args)
+            finally:
+                os.environ.update(hidden)
         swanlab.config["FRAMEWORK"] = "trainwell"
         swanlab.config.update(run_config(args, model))
         if model is not None and hasattr(model, "parameters"):
