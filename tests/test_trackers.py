@@ -266,18 +266,17 @@ def test_codecarbon(tiny, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ ClearML
-def test_clearml_offline(tiny, tmp_path, monkeypatch):
+def test_clearml_offline(tmp_path):
     pytest.importorskip("clearml")
-    from clearml import Task
-
-    monkeypatch.setenv("CLEARML_OFFLINE_MODE", "1")
-    monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml-cache"))
-    monkeypatch.setenv("CLEARML_PROJECT", "tw-proj")
-    monkeypatch.setenv("CLEARML_TASK", RUN_NAME)
-    monkeypatch.setenv("CLEARML_LOG_MODEL", "false")
-    monkeypatch.chdir(tmp_path)
-    trainer, losses = train(tiny, tmp_path, "clearml")
-    assert Task.is_offline()  # CLEARML_OFFLINE_MODE: nothing left this machine
+    read_back = """
+        from clearml import Task
+        result = {"offline": Task.is_offline()}
+    """
+    out = train_in_child(tmp_path, "clearml", read_back, {
+        "CLEARML_OFFLINE_MODE": "1", "CLEARML_CACHE_DIR": str(tmp_path / "clearml-cache"), "HOME": str(tmp_path),
+        "CLEARML_PROJECT": "tw-proj", "CLEARML_TASK": RUN_NAME, "CLEARML_LOG_MODEL": "false"})
+    assert out["result"]["offline"]  # CLEARML_OFFLINE_MODE: nothing left this machine
+    losses = out["losses"]
     (session,) = [p for p in (tmp_path / "clearml-cache").rglob("offline-*") if p.is_dir()]
     task = json.loads((session / "task.json").read_text())
     assert task["name"] == RUN_NAME and task["project_name"] == "tw-proj"
