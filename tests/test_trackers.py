@@ -177,7 +177,10 @@ def test_wandb_offline(tiny, tmp_path, monkeypatch):
     finally:
         wandb.finish()
     records = _wandb_records(run_dir)
-    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    runs = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert len(runs) == 1, (path_size := sum(p.stat().st_size for p in run_dir.glob("*.wandb")),
+                            [r.WhichOneof("record_type") for r in records][:40])
+    run = runs[0]
     assert run.display_name == RUN_NAME and run.project == "tw-proj"
     config = {item.key: json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "config"
               for item in r.config.update}

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 import trainwell
 from trainwell import Trainer, TrainingArguments
@@ -201,3 +202,30 @@ def test_only_the_main_process_reports(tmp_path, tiny, monkeypatch, name):
     callback.on_save(args, state, control, model=model)
     callback.on_train_end(args, state, control, model=model)
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a replica wrote files"
+
+
+def test_tensorboard_writes_the_same_tags_as_upstream(tmp_path, tiny, monkeypatch):
+    """Same script through both Trainers: the same scalar tags and the same losses per step in the event files."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def scalars(folder: Path) -> dict[str, dict[int, float]]:
+        events = EventAccumulator(str(folder), size_guidance={"scalars": 0}).Reload()
+        return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+
+    logged = {}
+    for name, trainer_cls, args_cls in (("ours", Trainer, TrainingArguments),
+                                        ("theirs", transformers.Trainer, transformers.TrainingArguments)):
+        monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(tmp_path / name / "tb"))  # upstream's variable
+        args = args_cls(output_dir=str(tmp_path / name), report_to="tensorboard", max_steps=3, logging_steps=1, per_device_train_batch_size=4,
+                        learning_rate=0.05, save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
+                        dataloader_pin_memory=False)
+        torch.manual_seed(0)
+        trainer = trainer_cls(model=tiny.RegressionModel(), args=args, train_dataset=tiny.regression_data(16),
+                              eval_dataset=tiny.regression_data(8, seed=1))
+        trainer.train()
+        trainer.evaluate()
+        logged[name] = scalars(tmp_path / name / "tb")
+    assert set(logged["ours"]) == set(logged["theirs"]), set(logged["ours"]) ^ set(logged["theirs"])
+    for step, value in logged["theirs"]["train/loss"].items():
+        assert logged["ours"]["train/loss"][step] == pytest.approx(value, rel=1e-5)

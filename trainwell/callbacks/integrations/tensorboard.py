@@ -68,7 +68,8 @@ def _summary_writer_class() -> Any:
 class TensorBoardCallback(TrainerCallback):
     """Sends the logs to TensorBoard on the world main process.
 
-    The writer (``torch.utils.tensorboard.SummaryWriter`` on ``args.logging_dir``, or a per-trial
+    The writer (``torch.utils.tensorboard.SummaryWriter`` on ``TENSORBOARD_LOGGING_DIR`` when set, else
+    ``args.logging_dir``, or a per-trial
     sub-folder during hyper-parameter search) is created on first use unless ``tb_writer`` is given.
     Numbers become scalars at ``state.global_step``, strings become text; the arguments are written
     as text at train begin. The writer is closed at train end.
@@ -81,7 +82,9 @@ class TensorBoardCallback(TrainerCallback):
 
     def _init_summary_writer(self, args: Any, log_dir: str | None = None) -> None:
         writer_cls = _summary_writer_class()
-        log_dir = log_dir or getattr(args, "logging_dir", None) or os.path.join(args.output_dir, "runs")
+        env_dir = os.getenv("TENSORBOARD_LOGGING_DIR")  # upstream's newest way to choose the folder
+        log_dir = (log_dir or (os.path.expanduser(env_dir) if env_dir else None) or getattr(args, "logging_dir", None)
+                   or os.path.join(args.output_dir, "runs"))
         self.tb_writer = writer_cls(log_dir=log_dir)
 
     def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
