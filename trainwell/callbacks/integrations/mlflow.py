@@ -2,7 +2,8 @@
 
 Environment variables (upstream names): ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``,
 ``MLFLOW_RUN_ID`` (resume that run), ``MLFLOW_NESTED_RUN``, ``MLFLOW_TAGS`` (json dict),
-``MLFLOW_FLATTEN_PARAMS``, ``HF_MLFLOW_LOG_ARTIFACTS`` (also log ``output_dir`` and checkpoints).
+``MLFLOW_FLATTEN_PARAMS``, ``MLFLOW_MAX_LOG_PARAMS`` (log only the first N), ``HF_MLFLOW_LOG_ARTIFACTS`` (also
+log ``output_dir`` and checkpoints).
 """
 
 from __future__ import annotations
@@ -137,6 +138,9 @@ class MLflowCallback(TrainerCallback):
                 )
                 del params[name]
         items = list(params.items())
+        max_params = os.getenv("MLFLOW_MAX_LOG_PARAMS")
+        if max_params and max_params.isdigit():  # upstream: log only the first N parameters
+            items = items[: int(max_params)]
         for start in range(0, len(items), self.MAX_PARAMS_TAGS_PER_BATCH):
             self._ml_flow.log_params(dict(items[start : start + self.MAX_PARAMS_TAGS_PER_BATCH]))
 
