@@ -69,17 +69,24 @@ def train_in_child(tmp_path: Path, report_to: str, read_back: str, env: dict[str
         import conftest
         from test_trackers import train
         tiny = SimpleNamespace(RegressionModel=conftest.RegressionModel, regression_data=conftest.regression_data)
-        trainer, losses = train(tiny, Path(TMP), REPORT_TO)
+        import os
+        options = json.loads(os.environ.get("TW_TRAIN_OPTIONS", "{}"))
+        trainer, losses = train(tiny, Path(TMP), REPORT_TO, evaluate=True, **options)
         result = None
     """) + textwrap.dedent(read_back) + "\nprint('RESULT=' + json.dumps({'losses': losses, 'result': result}))\n"
     tests = str(Path(__file__).parent)
     script = script.replace("TESTS", repr(tests)).replace("TMP", repr(str(tmp_path))).replace("REPORT_TO", repr(report_to))
     child_env = {**os.environ, **env, "OMP_NUM_THREADS": "1",
                  "PYTHONPATH": os.pathsep.join([str(Path(tests).parent), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=child_env, capture_output=True, text=True,
-                         timeout=600)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT=")]
-    assert out.returncode == 0 and lines, out.stdout[-3000:] + out.stderr[-3000:]
+    # output to a file, not a pipe: helper processes a tracker leaves behind (ClearML's reporter) would hold a pipe
+    # open for minutes after the child ended
+    log = tmp_path / "child.log"
+    with open(log, "w") as fh:
+        code = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=child_env, stdout=fh,
+                              stderr=subprocess.STDOUT, timeout=600).returncode
+    output = log.read_text(errors="replace")
+    lines = [line for line in output.splitlines() if line.startswith("RESULT=")]
+    assert code == 0 and lines, output[-5000:]
     payload = json.loads(lines[-1][len("RESULT="):])
     payload["losses"] = {int(k): v for k, v in payload["losses"].items()}
     return payload
@@ -160,26 +167,28 @@ def _wandb_records(run_dir: Path) -> list[Any]:
     return records
 
 
-def test_wandb_offline(tiny, tmp_path, monkeypatch):
-    pytest.importorskip("wandb")
+WANDB_READ_BACK = """
     import wandb
+    result = str(Path(wandb.run.dir).parent)
+    wandb.finish()
+"""
 
-    for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR"):
-        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_PROJECT", "tw-proj")
-    monkeypatch.setenv("WANDB_LOG_MODEL", "end")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.delenv("WANDB_DISABLED", raising=False)
-    try:
-        trainer, losses = train(tiny, tmp_path, "wandb", evaluate=True)
-        run_dir = Path(wandb.run.dir).parent
-    finally:
-        wandb.finish()
-    records = _wandb_records(run_dir)
+
+def _wandb_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {name: str(tmp_path / "wandb-home") for name in ("WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR",
+                                                           "WANDB_DATA_DIR")}
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLED="false", **extra)
+    return env
+
+
+def test_wandb_offline(tmp_path):
+    """In a child process: wandb keeps its settings per process, and its log is complete once the process ended."""
+    pytest.importorskip("wandb")
+    out = train_in_child(tmp_path, "wandb", WANDB_READ_BACK,
+                         _wandb_env(tmp_path, WANDB_PROJECT="tw-proj", WANDB_LOG_MODEL="end"))
+    losses, records = out["losses"], _wandb_records(Path(out["result"]))
     runs = [r.run for r in records if r.WhichOneof("record_type") == "run"]
-    assert len(runs) == 1, (path_size := sum(p.stat().st_size for p in run_dir.glob("*.wandb")),
-                            [r.WhichOneof("record_type") for r in records][:40])
+    assert len(runs) == 1, [r.WhichOneof("record_type") for r in records][:40]
     run = runs[0]
     assert run.display_name == RUN_NAME and run.project == "tw-proj"
     config = {item.key: json.loads(item.value_json) for r in records if r.WhichOneof("record_type") == "config"
@@ -197,6 +206,18 @@ def test_wandb_offline(tiny, tmp_path, monkeypatch):
     artifacts = [r.artifact for r in records if r.WhichOneof("record_type") == "artifact"]
     assert [a.type for a in artifacts] == ["model"] and artifacts[0].name == f"model-{RUN_NAME}"
     assert "model.safetensors" in {entry.path for entry in artifacts[0].manifest.contents}
+
+
+def test_wandb_log_model_checkpoint(tmp_path):
+    pytest.importorskip("wandb")
+    out = train_in_child(tmp_path, "wandb", WANDB_READ_BACK, _wandb_env(
+        tmp_path, WANDB_LOG_MODEL="checkpoint", WANDB_WATCH="gradients", TW_TRAIN_OPTIONS='{"save_strategy": "steps", '
+        '"save_steps": 2}'))
+    artifacts = [r.artifact for r in _wandb_records(Path(out["result"])) if r.WhichOneof("record_type") == "artifact"]
+    # one per checkpoint (steps 2 and 4), then the final model
+    assert [a.name for a in artifacts] == [f"model-{RUN_NAME}"] * 3
+    assert all("model.safetensors" in {e.path for e in a.manifest.contents} for a in artifacts)
+    assert sum("trainer_state.json" in {e.path for e in a.manifest.contents} for a in artifacts) == 2
 
 
 def test_wandb_disabled_logs_nothing(tiny, tmp_path, monkeypatch):
