@@ -14,13 +14,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trainwell"
 # Each top-level module/package of trainwell and its layer; a module may import only from layers <= its own.
 LAYERS: dict[str, int] = {
     # foundations: no trainwell imports beyond layer 0
-    "trainer_utils": 0, "distributed": 0, "logging_utils": 0, "reporting": 0, "losses": 0, "model_utils": 0,
+    "trainer_utils": 0, "trackers": 0, "distributed": 0, "logging_utils": 0, "reporting": 0, "losses": 0, "model_utils": 0,
     "precision": 0, "state": 0, "memory": 0, "deepspeed_config": 0, "data": 0, "optim": 0, "schedules": 0,
     "overrides": 0,
     # configuration, events, the file format of checkpoints
     "args": 1, "accelerate_env": 1, "parser": 1, "events": 1, "checkpoint": 1,
     # callbacks and execution backends (never the loops or the trainer)
-    "callbacks": 2, "backends": 2, "seq2seq_args": 2,
+    "callbacks": 2, "integrations": 2, "backends": 2, "seq2seq_args": 2,
     "loops": 3, "accelerator": 3,
     "trainer_checkpoints": 4, "trainer_compat": 4, "trainer": 4, "hpsearch": 4,
     "seq2seq": 5, "zero": 5, "recipes": 5,
@@ -87,7 +87,8 @@ def test_backends_never_import_the_loops_or_the_trainer():
 def test_import_is_light():
     code = ("import sys, time; t=time.perf_counter(); import trainwell; "
             "heavy = [m for m in ('torch', 'numpy', 'deepspeed', 'transformers', 'datasets', 'tensorboard', "
-            "'mlflow', 'optuna', 'sklearn', 'yaml', 'tqdm') if m in sys.modules]; print(heavy)")
+            "'mlflow', 'optuna', 'sklearn', 'yaml', 'tqdm', 'wandb', 'comet_ml', 'clearml', 'neptune', 'dvclive', "
+            "'codecarbon', 'trackio', 'swanlab', 'azureml', 'dagshub', 'flytekit') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -95,6 +96,7 @@ def test_import_is_light():
 def test_trainer_import_pulls_no_optional_package():
     code = ("import sys; from trainwell import Trainer, TrainingArguments; "
             "print([m for m in ('deepspeed', 'transformers', 'datasets', 'tensorboard', 'mlflow', 'optuna', "
-            "'sklearn', 'wandb') if m in sys.modules])")
+            "'sklearn', 'wandb', 'comet_ml', 'clearml', 'neptune', 'dvclive', 'codecarbon', 'trackio', 'swanlab', "
+            "'azureml', 'dagshub', 'flytekit') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

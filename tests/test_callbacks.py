@@ -406,65 +406,19 @@ def test_tensorboard_writes_event_files(tmp_path):
     assert list((tmp_path / "runs").glob("events.out.tfevents.*"))
 
 
-class FakeMlflow:
-    def __init__(self, active=None):
-        self.calls, self.active = [], active
-
-    def __getattr__(self, name):
-        def record(*args, **kwargs):
-            self.calls.append((name, args, kwargs))
-            if name == "start_run":
-                self.active = "run"
-            if name == "end_run":
-                self.active = None
-        return record
-
-    def active_run(self):
-        return self.active
-
-
-def test_mlflow_callback_logs_params_metrics_and_ends_run(monkeypatch):
-    fake = FakeMlflow()
-    monkeypatch.setitem(sys.modules, "mlflow", fake)
-    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "exp")
-    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
-    args = make_args()
-    args.to_sanitized_dict = lambda: {"learning_rate": 0.1, "run_name": "run"}
-    callback, state, control = MLflowCallback(), TrainerState(global_step=5), TrainerControl()
-    callback.on_train_begin(args, state, control, model=None)
-    callback.on_log(args, state, control, logs={"loss": 0.5, "eval/acc@1": 1, "note": "x"})
-    callback.on_train_end(args, state, control)
-    names = [name for name, _, _ in fake.calls]
-    assert names == ["set_experiment", "start_run", "log_params", "log_metrics", "end_run"]
-    assert fake.calls[1][2] == {"nested": False, "run_name": "run"}
-    assert fake.calls[2][1] == ({"learning_rate": 0.1, "run_name": "run"},)
-    assert fake.calls[3][2] == {"metrics": {"loss": 0.5, "eval/acc_1": 1}, "step": 5}
-
-
-def test_mlflow_joins_active_run_without_ending_it(monkeypatch):
-    fake = FakeMlflow(active="user-run")
-    monkeypatch.setitem(sys.modules, "mlflow", fake)
-    for name in ("MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID", "MLFLOW_NESTED_RUN", "MLFLOW_TRACKING_URI"):
-        monkeypatch.delenv(name, raising=False)
-    callback, state, control = MLflowCallback(), TrainerState(), TrainerControl()
-    callback.on_train_begin(make_args(), state, control, model=None)
-    callback.on_train_end(make_args(), state, control)
-    assert [name for name, _, _ in fake.calls] == ["log_params"] and fake.active == "user-run"
-
-
 def test_mlflow_missing_package_names_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "mlflow", None)
     with pytest.raises(ImportError, match=r"pip install trainwell\[mlflow\]"):
-        MLflowCallback().on_train_begin(make_args(), TrainerState(), TrainerControl())
+        MLflowCallback()  # at construction, as upstream: the Trainer is not built
 
 
 def test_reporting_integration_mapping(monkeypatch):
-    assert get_reporting_integration_callbacks(["tensorboard", "mlflow"]) == [TensorBoardCallback, MLflowCallback]
+    assert get_reporting_integration_callbacks(["tensorboard"]) == [TensorBoardCallback]
     assert get_reporting_integration_callbacks("none") == []
     assert get_reporting_integration_callbacks(None) == []
-    with pytest.raises(ValueError, match=r"wandbx.*supported: \['mlflow', 'tensorboard'\]"):
+    with pytest.raises(ValueError, match=r"wandbx.*supported: \['azure_ml', 'clearml', 'codecarbon', 'comet_ml'"):
         get_reporting_integration_callbacks(["wandbx"])
     from trainwell.callbacks import integrations
 
-    monkeypatch.setattr(integrations, "_installed", lambda package: package == "mlflow")
-    assert get_reporting_integration_callbacks("all") == [MLflowCallback]
+    monkeypatch.setattr(integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
+    assert get_reporting_integration_callbacks("all") == [TensorBoardCallback]

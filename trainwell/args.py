@@ -32,6 +32,7 @@ from .trainer_utils import (
     SchedulerType,
     ShardedDDPOption,
 )
+from .trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -43,12 +44,6 @@ trainer_log_levels: dict[str, int] = {
     "error": logging.ERROR, "critical": logging.CRITICAL, "passive": -1,
 }
 
-# report_to name -> module whose presence means the integration is installed ("all" resolves to these).
-REPORT_TO_INTEGRATIONS: dict[str, str] = {
-    "tensorboard": "tensorboard", "mlflow": "mlflow", "wandb": "wandb", "codecarbon": "codecarbon",
-    "comet_ml": "comet_ml", "clearml": "clearml", "dvclive": "dvclive", "neptune": "neptune",
-    "azure_ml": "azureml", "swanlab": "swanlab", "trackio": "trackio",
-}
 INCLUDE_FOR_METRICS = ("inputs", "loss")
 TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl")
@@ -149,7 +144,7 @@ def _normalise_report_to(value: Any) -> list[str]:
             raise ValueError(f"report_to={names} mixes 'none' with integrations; pass 'none' alone.")
         return []
     if "all" in names:
-        return [n for n, mod in REPORT_TO_INTEGRATIONS.items() if importlib.util.find_spec(mod) is not None]
+        return get_available_reporting_integrations()
     return list(dict.fromkeys(names))
 
 

@@ -1,6 +1,6 @@
 """Callbacks: the base class, the default flow, progress/printing, early stopping and integrations.
 
-Integrations (TensorBoard, MLflow) import their packages only when they are used.
+Integrations (TensorBoard, MLflow, W&B, Comet, ...) import their packages only when they are used.
 """
 
 from __future__ import annotations
@@ -11,8 +11,20 @@ from .divergence import StopOnNonFiniteLossCallback
 from .early_stopping import EarlyStoppingCallback
 from .flow import DefaultFlowCallback
 from .integrations import (
+    AzureMLCallback,
+    ClearMLCallback,
+    CodeCarbonCallback,
+    CometCallback,
+    DagsHubCallback,
+    DVCLiveCallback,
+    FlyteCallback,
+    KubeflowCallback,
     MLflowCallback,
+    NeptuneCallback,
+    SwanLabCallback,
     TensorBoardCallback,
+    TrackioCallback,
+    WandbCallback,
     get_available_reporting_integrations,
     get_reporting_integration_callbacks,
 )
@@ -20,6 +32,18 @@ from .printer import PrinterCallback
 from .progress import ProgressCallback
 
 __all__ = [
+    "AzureMLCallback",
+    "ClearMLCallback",
+    "CodeCarbonCallback",
+    "CometCallback",
+    "DagsHubCallback",
+    "DVCLiveCallback",
+    "FlyteCallback",
+    "KubeflowCallback",
+    "NeptuneCallback",
+    "SwanLabCallback",
+    "TrackioCallback",
+    "WandbCallback",
     "DefaultFlowCallback",
     "EarlyStoppingCallback",
     "ExportableState",

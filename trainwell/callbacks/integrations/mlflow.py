@@ -2,7 +2,8 @@
 
 Environment variables (upstream names): ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``,
 ``MLFLOW_RUN_ID`` (resume that run), ``MLFLOW_NESTED_RUN``, ``MLFLOW_TAGS`` (json dict),
-``MLFLOW_FLATTEN_PARAMS``, ``HF_MLFLOW_LOG_ARTIFACTS`` (also log ``output_dir`` and checkpoints).
+``MLFLOW_FLATTEN_PARAMS``, ``MLFLOW_MAX_LOG_PARAMS`` (log only the first N), ``HF_MLFLOW_LOG_ARTIFACTS`` (also
+log ``output_dir`` and checkpoints).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def _import_mlflow() -> Any:
     return mlflow
 
 
+def _mlflow_installed() -> bool:
+    from ...trackers import is_installed
+
+    return is_installed("mlflow")
+
+
 def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Flatten nested dicts into ``a.b`` keys."""
     flat: dict[str, Any] = {}
@@ -81,6 +88,8 @@ class MLflowCallback(TrainerCallback):
     MAX_PARAMS_TAGS_PER_BATCH = 100
 
     def __init__(self) -> None:
+        if not _mlflow_installed():
+            _import_mlflow()  # raises the error naming the pip command, at construction as upstream
         self._ml_flow: Any = None
         self._initialized = False
         self._auto_end_run = False
@@ -129,6 +138,9 @@ class MLflowCallback(TrainerCallback):
                 )
                 del params[name]
         items = list(params.items())
+        max_params = os.getenv("MLFLOW_MAX_LOG_PARAMS")
+        if max_params and max_params.isdigit():  # upstream: log only the first N parameters
+            items = items[: int(max_params)]
         for start in range(0, len(items), self.MAX_PARAMS_TAGS_PER_BATCH):
             self._ml_flow.log_params(dict(items[start : start + self.MAX_PARAMS_TAGS_PER_BATCH]))
 

@@ -8,6 +8,7 @@ import numbers
 import os
 from typing import TYPE_CHECKING, Any
 
+from ...trackers import is_installed
 from ..base import TrainerCallback
 
 if TYPE_CHECKING:
@@ -67,18 +68,23 @@ def _summary_writer_class() -> Any:
 class TensorBoardCallback(TrainerCallback):
     """Sends the logs to TensorBoard on the world main process.
 
-    The writer (``torch.utils.tensorboard.SummaryWriter`` on ``args.logging_dir``, or a per-trial
+    The writer (``torch.utils.tensorboard.SummaryWriter`` on ``TENSORBOARD_LOGGING_DIR`` when set, else
+    ``args.logging_dir``, or a per-trial
     sub-folder during hyper-parameter search) is created on first use unless ``tb_writer`` is given.
     Numbers become scalars at ``state.global_step``, strings become text; the arguments are written
     as text at train begin. The writer is closed at train end.
     """
 
     def __init__(self, tb_writer: Any = None) -> None:
+        if tb_writer is None and not (is_installed("tensorboard") or is_installed("tensorboardX")):
+            _summary_writer_class()  # raises the error naming the pip command, at construction as upstream
         self.tb_writer = tb_writer
 
     def _init_summary_writer(self, args: Any, log_dir: str | None = None) -> None:
         writer_cls = _summary_writer_class()
-        log_dir = log_dir or getattr(args, "logging_dir", None) or os.path.join(args.output_dir, "runs")
+        env_dir = os.getenv("TENSORBOARD_LOGGING_DIR")  # upstream's newest way to choose the folder
+        log_dir = (log_dir or (os.path.expanduser(env_dir) if env_dir else None) or getattr(args, "logging_dir", None)
+                   or os.path.join(args.output_dir, "runs"))
         self.tb_writer = writer_cls(log_dir=log_dir)
 
     def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
