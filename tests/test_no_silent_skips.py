@@ -164,25 +164,3 @@ def test_iterable_dataset_with_a_true_len_trains_its_planned_steps(tmp_path):
     assert trainer.train().global_step == 6  # 3 batches (4, 4, 2) per epoch
     with pytest.raises(ValueError, match="yielded 6 examples in one pass but its __len__ returns 10"):
         trainer.evaluate(Stream(6, 10))  # evaluation counts too
-
-
-class ShortLen(torch.utils.data.Dataset):
-    """A map-style dataset whose ``__len__`` (5) is smaller than its data (10)."""
-
-    def __init__(self) -> None:
-        self.data = rows(10)
-
-    def __len__(self) -> int:
-        return 5
-
-    def __getitem__(self, i: int):
-        return self.data[i]
-
-
-def test_map_dataset_len_smaller_than_its_data_warns(tmp_path):
-    trainer = Trainer(model=Regressor(), args=_args(tmp_path, max_steps=1), train_dataset=ShortLen())
-    with pytest.warns(UserWarning, match=r"returns an item at index 5 although its __len__ is 5: only the first 5"):
-        trainer.train()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # a correct dataset (a list) is not warned about
-        Trainer(model=Regressor(), args=_args(tmp_path, max_steps=1), train_dataset=rows()).train()

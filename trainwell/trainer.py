@@ -26,7 +26,7 @@ from .trainer_checkpoints import TrainerCheckpointing
 from .trainer_compat import TrainerCompat
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
-from .data.length_check import LengthCheckedIterable, probe_map_length
+from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
 from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 from .distributed import mean_across_ranks
@@ -235,8 +235,6 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         if isinstance(dataset, torch.utils.data.IterableDataset):
             if has_length(dataset) and self.args.dataloader_num_workers == 0:
                 dataset = LengthCheckedIterable(dataset, description)  # a pass yielding != __len__ raises
-        elif train and has_length(dataset):
-            probe_map_length(dataset, description)
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
             sampler = (call_override(self, "_get_train_sampler", dataset) if train

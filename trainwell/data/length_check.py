@@ -1,20 +1,21 @@
 """Catching a dataset whose ``__len__`` disagrees with what it yields (steps and epochs are planned from it).
 
-An ``IterableDataset`` with a ``__len__`` is counted while it is iterated (one integer increment per example) and
-checked when its pass ends, so no extra pass over the data is made. A map-style dataset is probed once: if
-``dataset[len(dataset)]`` returns an item, ``__len__`` is smaller than the data and a warning says so (it cannot be
-an error: a dataset may legitimately synthesize items for any index).
+An ``IterableDataset`` with a ``__len__`` is counted while it is iterated (one integer increment per example): a
+pass that ends early raises when it ends, one that goes on raises when the example beyond ``__len__`` is asked for
+(a single-epoch run that stops at ``max_steps`` never asks, and trains exactly the planned examples). No extra pass
+over the data is made. A map-style dataset is read only at the indices its sampler draws from ``range(len)``, so a
+``__len__`` smaller than its data cannot be seen without reading beyond it, which trainwell does not do (an extra
+read is an extra side effect and cost for every run).
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["LengthCheckedIterable", "probe_map_length"]
+__all__ = ["LengthCheckedIterable"]
 
 
 class LengthCheckedIterable(torch.utils.data.IterableDataset):
@@ -52,16 +53,3 @@ class LengthCheckedIterable(torch.utils.data.IterableDataset):
                 f"pass but its __len__ returns {expected}; the steps and epochs are planned from __len__, so "
                 "examples would be silently dropped or the plan would be wrong. Make __len__ return the number of "
                 "examples one pass yields, or remove __len__ and set max_steps.")
-
-
-def probe_map_length(dataset: Any, description: str) -> None:
-    """Warn when a map-style dataset returns an item at index ``len(dataset)`` (its ``__len__`` is too small)."""
-    try:
-        n = len(dataset)
-        dataset[n]
-    except Exception:  # IndexError/KeyError/...: the expected end of the data
-        return
-    warnings.warn(
-        f"The {description} dataset ({type(dataset).__name__}) returns an item at index {n} although its __len__ is "
-        f"{n}: only the first {n} examples are used per epoch. If the data is longer, fix __len__.",
-        UserWarning, stacklevel=3)
