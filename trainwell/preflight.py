@@ -21,18 +21,22 @@ _TRUE, _FALSE = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")
 
 @lru_cache(maxsize=None)
 def _scalar_fields(cls: type) -> tuple[tuple[str, type, bool], ...]:
-    """(name, type, accepts None) of the fields annotated ``int``/``float``/``bool`` (optionally ``| None``)."""
+    """(name, type, accepts None) of the fields annotated ``int``/``float``/``bool`` (optionally ``| None``).
+
+    A field whose default is None accepts None whatever its annotation (``foo: int = None`` in a user's subclass).
+    """
     found = []
     for f in fields(cls):
-        parts = [p.strip() for p in str(f.type).split("|")]
-        nullable = "None" in parts
+        annotation = f.type.__name__ if isinstance(f.type, type) else str(f.type)
+        parts = [p.strip() for p in annotation.split("|")]
+        nullable = "None" in parts or f.default is None
         rest = [p for p in parts if p != "None"]
         if len(rest) == 1 and rest[0] in _SCALARS:
             found.append((f.name, _SCALARS[rest[0]], nullable))
     return tuple(found)
 
 
-def _convert(name: str, kind: type, value: Any) -> Any:
+def _convert(owner: str, name: str, kind: type, value: Any) -> Any:
     if kind is bool:
         if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
             return value.lower() in _TRUE
@@ -51,7 +55,7 @@ def _convert(name: str, kind: type, value: Any) -> Any:
         return int(value)
     elif kind is int and isinstance(value, float) and value.is_integer():
         return int(value)
-    raise TypeError(f"TrainingArguments.{name} must be {kind.__name__}, got {type(value).__name__} {value!r}; "
+    raise TypeError(f"{owner}.{name} must be {kind.__name__}, got {type(value).__name__} {value!r}; "
                     f"pass a {kind.__name__} (e.g. {name}={kind(1) if kind is not bool else True!r}), or a string "
                     "the command-line parser would accept.")
 
@@ -70,7 +74,7 @@ def coerce_field_types(obj: Any) -> None:
             continue
         if type(value) is kind:
             continue
-        setattr(obj, name, _convert(name, kind, value))
+        setattr(obj, name, _convert(type(obj).__name__, name, kind, value))
 
 
 def check_output_dir(output_dir: str, *, writing: bool) -> None:

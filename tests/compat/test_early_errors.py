@@ -207,3 +207,17 @@ def test_a_dict_as_train_dataset_says_how_to_wrap_it(tmp_path):
     with pytest.raises(TypeError, match=r"train_dataset is a dict.*Dataset\.from_dict\(d\)"):
         Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=2),
                 train_dataset={"x": [[0.0] * 3], "labels": [1.0]})
+
+
+def test_a_subclass_with_untyped_none_defaults_still_works_and_names_its_own_class(tmp_path):
+    import dataclasses
+
+    @dataclasses.dataclass
+    class ScriptArguments(TrainingArguments):  # the pattern of many example scripts
+        max_train_samples: int = None
+        temperature: float = 1.0
+
+    args = ScriptArguments(output_dir=str(tmp_path), temperature="0.5")
+    assert args.max_train_samples is None and args.temperature == 0.5
+    with pytest.raises(TypeError, match=r"ScriptArguments\.temperature must be float, got str 'hot'"):
+        ScriptArguments(output_dir=str(tmp_path), temperature="hot")
