@@ -220,6 +220,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         if dataset is None:
             raise ValueError(f"Trainer: this call requires a {description} dataset "
                              f"(pass `{description}_dataset=` to the Trainer or to the method)")
+        name = description.removesuffix("_dataset")
+        check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
         if has_length(dataset) and len(dataset) == 0:
             raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
         collator = self.data_collator
@@ -234,7 +236,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         sampler = None
         if isinstance(dataset, torch.utils.data.IterableDataset):
             if has_length(dataset) and self.args.dataloader_num_workers == 0:
-                dataset = LengthCheckedIterable(dataset, description)  # a pass yielding != __len__ raises
+                dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
             sampler = (call_override(self, "_get_train_sampler", dataset) if train

@@ -107,13 +107,15 @@ def test_eval_strategy_without_eval_dataset_raises_like_upstream(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ metric_for_best_model
-def test_missing_best_metric_saves_the_due_checkpoint_then_raises_naming_the_metrics(tmp_path):
+@pytest.mark.parametrize("strategy", ["steps", "epoch"])
+def test_missing_best_metric_saves_the_due_checkpoint_then_raises_naming_the_metrics(tmp_path, strategy):
     def compute_metrics(p):
         return {"mae": float(abs(p.predictions - p.label_ids).mean())}
 
-    args = _args(trainwell, tmp_path, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
+    # steps: evaluate and save every 2 steps; epoch: 8 rows / batch 4 = 2 steps per epoch
+    args = _args(trainwell, tmp_path, eval_strategy=strategy, eval_steps=2, save_strategy=strategy, save_steps=2,
                  max_steps=4, metric_for_best_model="f1", load_best_model_at_end=True)
-    trainer = Trainer(model=Regressor(), args=args, train_dataset=rows(), eval_dataset=rows(6),
+    trainer = Trainer(model=Regressor(), args=args, train_dataset=rows(8), eval_dataset=rows(6),
                       compute_metrics=compute_metrics)
     with pytest.raises(KeyError) as info:
         trainer.train()
@@ -174,6 +176,10 @@ def test_dataframe_says_how_to_wrap_it(tmp_path):
         Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=df)
     with pytest.raises(TypeError, match=r"eval_dataset is a pandas DataFrame"):
         Trainer(model=Regressor(), args=_args(trainwell, tmp_path), eval_dataset={"a": df})
+    trainer = Trainer(model=Regressor(), args=_args(trainwell, tmp_path))
+    for call in (trainer.evaluate, trainer.predict):  # a dataset passed to the method is checked too
+        with pytest.raises(TypeError, match=r"(eval|test)_dataset is a pandas DataFrame"):
+            call(df)
 
 
 def test_dataframe_wrapped_as_the_message_says_trains(tmp_path):
