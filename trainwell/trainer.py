@@ -85,9 +85,10 @@ def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dat
     for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
         check_dataset(dataset, "eval")
     if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
-        raise ValueError(  # upstream's message and type, word for word
-            f"You have set `args.eval_strategy` to {getattr(args.eval_strategy, 'value', args.eval_strategy)} but you didn't pass an `eval_dataset` to "
-            "`Trainer`. Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
+        raise ValueError(  # otherwise upstream's message and type, word for word
+            f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
+            "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
     check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
 
 
