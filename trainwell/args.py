@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .preflight import coerce_field_types
 from .trainer_utils import (
     ExplicitEnum,
     FSDPOption,
@@ -364,6 +365,7 @@ class TrainingArguments:
 
     # ------------------------------------------------------------------ validation
     def __post_init__(self) -> None:
+        coerce_field_types(self)  # "1e-3" -> 1e-3 as the parser would; a TypeError naming the field otherwise
         self._apply_deprecations()
         self._normalise_paths()
         self._convert_enums()
@@ -462,8 +464,10 @@ class TrainingArguments:
             (not 0 <= self.warmup_ratio <= 1, "warmup_ratio must lie in [0, 1]"),
             (self.max_steps == 0, "max_steps must be > 0, or -1 to train for num_train_epochs"),
             (self.num_train_epochs < 0, "num_train_epochs must be >= 0"),
-            (self.save_total_limit is not None and self.save_total_limit < 0,
-             "save_total_limit must be >= 1; use None to keep every checkpoint"),
+            # upstream treats 0 (any value <= 0) as "no limit": a silent keep-everything, refused here
+            (self.save_total_limit is not None and self.save_total_limit < 1,
+             "save_total_limit must be >= 1; use None to keep every checkpoint (what upstream silently does for "
+             "0), or save_strategy='no' to save none"),
             (not 0 <= self.label_smoothing_factor < 1, "label_smoothing_factor must lie in [0, 1)"),
             (self.dataloader_num_workers < 0, "dataloader_num_workers must be >= 0"),
             (self.dataloader_prefetch_factor is not None and self.dataloader_num_workers == 0,

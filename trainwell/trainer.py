@@ -26,6 +26,7 @@ from .trainer_checkpoints import TrainerCheckpointing
 from .trainer_compat import TrainerCompat
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
+from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
 from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 from .events import CallbackHandler
@@ -39,6 +40,7 @@ from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, 
 from .optim import create_optimizer as build_optimizer
 from .optim import get_decay_parameter_names
 from .overrides import accepts, call_override
+from .preflight import check_dataset, check_output_dir
 from .schedules import get_scheduler
 from .state import TrainerControl, TrainerState
 from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
@@ -46,6 +48,47 @@ from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, s
 logger = logging.getLogger("trainwell.trainer")
 
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
+
+
+class MissingMetricError(KeyError):
+    """``metric_for_best_model`` is not among the evaluation metrics (a ``KeyError``, as upstream raises)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr
+        return str(self.args[0])
+
+
+def _metric_value(metrics: Mapping[str, float], name: str) -> float:
+    """``metrics[name]`` with the ``eval_`` prefix added as upstream; a message listing the names otherwise."""
+    key = name if name.startswith("eval_") else f"eval_{name}"
+    if key not in metrics:
+        raise MissingMetricError(
+            f"The `metric_for_best_model` training argument is set to {key!r}, which is not found in the evaluation "
+            f"metrics. The available evaluation metrics are: {list(metrics)}. Return {key[5:]!r} from "
+            "compute_metrics, or set metric_for_best_model to one of these (with or without the 'eval_' prefix).")
+    return metrics[key]
+
+
+def _check_args_object(args: Any) -> None:
+    """A clear ``TypeError`` for ``args`` given as a dict or a path instead of ``TrainingArguments``."""
+    if isinstance(args, Mapping):
+        raise TypeError("Trainer(args=...) got a dict; wrap it: `Trainer(args=TrainingArguments(**d))` "
+                        "(or build it with HfArgumentParser(TrainingArguments).parse_dict(d)[0]).")
+    if isinstance(args, (str, os.PathLike)):
+        raise TypeError(f"Trainer(args=...) got the path {os.fspath(args)!r}; pass "
+                        f"`args=TrainingArguments(output_dir={os.fspath(args)!r})`.")
+
+
+def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dataset: Any) -> None:
+    """Everything knowable at construction that would otherwise fail after training started."""
+    check_dataset(train_dataset, "train")
+    for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
+        check_dataset(dataset, "eval")
+    if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
+        raise ValueError(  # otherwise upstream's message and type, word for word
+            f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
+            "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
+    check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
 
 
 class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
@@ -82,6 +125,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         if args is None:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
+        _check_args_object(args)
         self.args = args
         apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
@@ -102,6 +146,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         self.data_collator = data_collator
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
+        _check_before_training(args, train_dataset, eval_dataset)
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
@@ -130,6 +175,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         self._train_batch_size = self._requested_batch_size = args.train_batch_size
         self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
+        self._input_dtype: torch.dtype | None = None
         self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
         self._model_flops: Callable[[Any], int] | None = None
@@ -185,6 +231,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         if dataset is None:
             raise ValueError(f"Trainer: this call requires a {description} dataset "
                              f"(pass `{description}_dataset=` to the Trainer or to the method)")
+        name = description.removesuffix("_dataset")
+        check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
         if has_length(dataset) and len(dataset) == 0:
             raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
         collator = self.data_collator
@@ -197,6 +245,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
                                                  model_name=type(unwrap_model(self.model)).__name__,
                                                  description=description)
         sampler = None
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            if has_length(dataset) and self.args.dataloader_num_workers == 0:
+                dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
             sampler = (call_override(self, "_get_train_sampler", dataset) if train
@@ -276,6 +327,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
     # ------------------------------------------------------------------------------------------- the step
     def _prepare_input(self, data: Any) -> Any:
         if isinstance(data, torch.Tensor):
+            if self._input_dtype is not None and (data.is_floating_point() or data.is_complex()):
+                return data.to(self._device, dtype=self._input_dtype, non_blocking=True)
             return data.to(self._device, non_blocking=True)
         if isinstance(data, Mapping):
             return type(data)({k: self._prepare_input(v) for k, v in data.items()})
@@ -286,9 +339,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
     def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
         if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
-            device = self._device
-            return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
-                    for k, v in inputs.items()}
+            return self._move_flat(inputs)
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
@@ -296,6 +347,25 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         if self.args.past_index >= 0 and self._past is not None:
             inputs["mems"] = self._past
         return inputs
+
+    def _move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch to the device (replaced by :meth:`_move_flat_cast` once a backend names an input dtype)."""
+        device = self._device
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
+                for k, v in inputs.items()}
+
+    def _move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch to the device, floating-point tensors cast to the engine's dtype (DeepSpeed, as upstream)."""
+        device, dtype = self._device, self._input_dtype
+        return {k: (v.to(device, dtype=dtype, non_blocking=True) if v.is_floating_point() or v.is_complex()
+                    else v.to(device, non_blocking=True)) if isinstance(v, torch.Tensor) else self._prepare_input(v)
+                for k, v in inputs.items()}
+
+    def _adopt_input_dtype(self) -> None:
+        """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are)."""
+        self._input_dtype = getattr(self.backend, "input_dtype", None)
+        if self._input_dtype is not None:
+            self._move_flat = self._move_flat_cast  # chosen once: the step itself has no dtype branch
 
     def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
         """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
@@ -479,6 +549,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         self.backend.num_training_steps = max_steps  # read by backends that build their own schedule (DeepSpeed)
         self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
         self.optimizer, self.lr_scheduler = self.backend.optimizer, self.backend.lr_scheduler  # ZeRO rebuilds them
+        self._adopt_input_dtype()
         wrapped = self.backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
         if self.args.torch_compile:
             wrapped = compile_model(wrapped, self.args)
@@ -496,10 +567,18 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
             self._log_training_window(tr_loss, grad_norm)
         metrics = None
         if self.control.should_evaluate:
-            metrics = self._evaluate(trial, ignore_keys_for_eval)
+            try:
+                metrics = self._evaluate(trial, ignore_keys_for_eval)
+                # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
+                new_best = self._is_new_best(metrics)
+            except MissingMetricError as err:
+                model.train()
+                if self.control.should_save:  # the checkpoint due at this step is written before stopping
+                    folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)
+                    err.args = (f"{err.args[0]} The checkpoint of this step was saved first: {folder}",)
+                raise
             model.train()
-            # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
-            if self._is_new_best(metrics) and self.args.save_strategy == SaveStrategy.BEST:
+            if new_best and self.args.save_strategy == SaveStrategy.BEST:
                 self.control.should_save = True
         if self.control.should_save:
             call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
@@ -551,8 +630,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         metrics = self.evaluate(ignore_keys=ignore_keys)
         if self._scheduler_needs_metrics():
             key = self.args.metric_for_best_model or "loss"
-            key = key if key.startswith("eval_") else f"eval_{key}"
-            self.lr_scheduler.step(metrics[key])
+            self.lr_scheduler.step(_metric_value(metrics, key))
         return metrics
 
     def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
@@ -560,11 +638,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         name = self.args.metric_for_best_model
         if not metrics or not name:
             return False
-        key = name if name.startswith("eval_") else f"eval_{name}"
-        if key not in metrics:
-            raise KeyError(f"metric_for_best_model={name!r} is not among the evaluation metrics {sorted(metrics)}; "
-                           "set metric_for_best_model to one of them (without or with the 'eval_' prefix)")
-        value = metrics[key]
+        value = _metric_value(metrics, name)
         better = (lambda a, b: a > b) if self.args.greater_is_better else (lambda a, b: a < b)
         if self.state.best_metric is None or better(value, self.state.best_metric):
             self.state.best_metric = value
@@ -644,7 +718,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         model = self.model
         if not self.is_in_train and self.backend.caps.sharded_state:
             # ZeRO-3 inference: the backend shards the model (a no-op when training already did)
-            return self.backend.prepare_model(model, training=False)
+            engine = self.backend.prepare_model(model, training=False)
+            self._adopt_input_dtype()
+            return engine
         if not self.is_in_train:
             if self.args.fp16_full_eval:
                 model = model.to(dtype=torch.float16, device=self.args.device)

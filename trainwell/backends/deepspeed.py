@@ -113,6 +113,16 @@ class _SchedulerView:
         """No-op: restored by ``engine.load_checkpoint``."""
 
 
+def _engine_dtype(config: Mapping[str, Any]) -> torch.dtype:
+    """The dtype the engine runs the model in, from its resolved config (bf16, fp16/amp, else float32)."""
+    def enabled(section: str) -> bool:
+        return bool((config.get(section) or {}).get("enabled") is True)
+
+    if enabled("bf16"):
+        return torch.bfloat16
+    return torch.float16 if enabled("fp16") or enabled("amp") else torch.float32
+
+
 class DeepSpeedBackend:
     """Trains through a ``deepspeed`` engine built from ``args.deepspeed`` with its ``"auto"`` values resolved."""
 
@@ -132,6 +142,8 @@ class DeepSpeedBackend:
         self.lr_scheduler: Any = None
         self.num_training_steps: int | None = None  # set by the trainer before setup_optimization
         self.resolved_config: dict[str, Any] | None = None
+        # the dtype floating-point inputs are cast to (as upstream's _prepare_input); known once the engine is built
+        self.input_dtype: torch.dtype | None = None
         self._boundary = True
 
     # -- model ---------------------------------------------------------------------------------------------------
@@ -154,6 +166,7 @@ class DeepSpeedBackend:
         for key in ("optimizer", "scheduler"):
             config.pop(key, None)  # ZeRO inference: neither is built (the guide: "they will just be ignored")
         self.engine, *_ = self.deepspeed.initialize(model=model, config=config)
+        self.input_dtype = _engine_dtype(config)
         self.engine.eval()
         self.wrapped = self.engine
         return self.engine
@@ -175,6 +188,7 @@ class DeepSpeedBackend:
             model_parameters=None if client_optimizer is not None else
             [p for p in self.model.parameters() if p.requires_grad])
         self.engine, self.wrapped = engine, engine
+        self.input_dtype = _engine_dtype(config)
         self.optimizer, self.lr_scheduler = _OptimizerView(engine), _SchedulerView(engine)
         logger.info("DeepSpeed engine ready: ZeRO stage %d, optimizer %s, scheduler %s", self.ds_config.zero_stage,
                     type(ds_optimizer).__name__, type(ds_scheduler).__name__)

@@ -110,6 +110,15 @@ def _finish(batch: dict[str, Any], return_tensors: str) -> dict[str, Any]:
     return batch
 
 
+def _reject_string_labels(key: str, value: Any) -> None:
+    """Labels must be numbers: a string label would otherwise be dropped, then reported as a missing column."""
+    if key in LABEL_KEYS and isinstance(value, str):
+        raise ValueError(
+            f"The {key!r} column holds strings (e.g. {value!r}); a loss needs class ids. Encode the labels first: "
+            f"`dataset = dataset.class_encode_column({key!r})` (datasets), or "
+            "`sklearn.preprocessing.LabelEncoder().fit_transform(labels)`; then set the model's number of labels.")
+
+
 def _rename_labels(batch: Any) -> Any:
     """Upstream renames ``label``/``label_ids`` to ``labels``, the name models' ``forward`` expects."""
     for old in ("label", "label_ids"):
@@ -132,6 +141,8 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     rows = _to_mappings(features)
     first = rows[0]
     batch: dict[str, Any] = {}
+    for label_key in LABEL_KEYS:
+        _reject_string_labels(label_key, first.get(label_key))
     for label_key in ("label", "label_ids"):
         if label_key in first and first[label_key] is not None:
             batch["labels"] = _labels_tensor([row[label_key] for row in rows])
@@ -279,6 +290,7 @@ def builtin_pad(
     strategy = _normalize_padding(padding)
     batch: dict[str, torch.Tensor] = {}
     for key, first in rows[0].items():
+        _reject_string_labels(key, first)
         if first is None or isinstance(first, str):
             continue
         values = [row[key] for row in rows]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -443,6 +444,8 @@ class EvaluationMixin:
         num_samples = self._num_eval_samples(dataloader, observed)
         losses, preds, labels, inputs = (acc.result(num_samples) for acc in accumulators)
         metrics = self._eval_metrics(preds, labels, losses, inputs, batch_metrics)
+        if self.compute_metrics is not None and not prediction_loss_only and not args.batch_eval_metrics:
+            _warn_if_metrics_skipped(self, preds, labels, description)
         if losses is not None:
             metrics[f"{metric_key_prefix}_loss"] = _mean_loss(losses, getattr(args, "logging_nan_inf_filter", True))
         metrics = _prefix_keys(metrics, metric_key_prefix)
@@ -647,3 +650,19 @@ def _past_from(outputs: Any, index: int) -> Any:
     outputs = _outputs_as_mapping(outputs)
     values = list(outputs.values()) if isinstance(outputs, Mapping) else outputs
     return values[index] if isinstance(values, (list, tuple)) and -len(values) <= index < len(values) else None
+
+
+def _warn_if_metrics_skipped(trainer: Any, preds: Any, labels: Any, description: str) -> None:
+    """Warn once per reason when ``compute_metrics`` was given but could not run (upstream skips it silently)."""
+    if preds is None:
+        reason = ("the model returned no logits (only a loss): return them from forward (a tuple (loss, logits) or "
+                  "a dict with 'logits'), and check `ignore_keys`")
+    elif labels is None and description != "Prediction":  # predicting on unlabelled data is the normal case
+        reason = (f"the evaluation batches have no labels (looked for {trainer.label_names}): add a 'labels' column "
+                  "or set `label_names` in TrainingArguments")
+    else:
+        return
+    warned = trainer.__dict__.setdefault("_metrics_skip_warned", set())
+    if reason not in warned:
+        warned.add(reason)
+        warnings.warn(f"compute_metrics was not called: {reason}.", UserWarning, stacklevel=4)
