@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "shell": "bash", "yaml": "yaml"}
 #: Appended to every ``trainwell train`` of a bash block (argparse keeps the last value of a repeated flag).
-TRAIN_STEPS = ["--max_steps", "4", "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "2",
+TRAIN_STEPS = ["--max_steps", "2", "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1",
                "--per_device_eval_batch_size", "64"]
 _MARKER = re.compile(r"<!--\s*(not-run|run-with)\s*:\s*(.*?)\s*-->", re.S)
 
