@@ -150,6 +150,8 @@ def test_signal_stops_with_status_and_resume_command(tmp_path, sig, status):
     assert str(checkpoints[0]) in last
     assert last.endswith(" --resume_from_checkpoint auto")
     assert f"resume with: trainwell train --output_dir {out_dir} --max_steps 100000" in last
+    log = (out_dir / "train.log").read_text()  # the run's log file says it too
+    assert f"Training preempted by {signal.Signals(sig).name} at step {step}" in log
 
 
 # -------------------------------------------------------------------------------------------- resume "auto"

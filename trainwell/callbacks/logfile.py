@@ -75,7 +75,8 @@ class LogFileCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Open the file (append) and start capturing warnings."""
-        if not state.is_world_process_zero or not getattr(args, "output_dir", None) or self._file is not None:
+        self._close()  # a previous train() that raised never reached on_train_end
+        if not state.is_world_process_zero or not getattr(args, "output_dir", None):
             return
         os.makedirs(args.output_dir, exist_ok=True)
         self._file = open(Path(args.output_dir) / self.file_name, "a", encoding="utf-8")  # noqa: SIM115
@@ -109,9 +110,13 @@ class LogFileCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Close the file and stop capturing."""
+        if self._file is not None:
+            self._line(f"training ended at step {state.global_step}")
+        self._close()
+
+    def _close(self) -> None:
         if self._file is None:
             return
-        self._line(f"training ended at step {state.global_step}")
         logger = logging.getLogger(_LIBRARY_LOGGER)
         for handler in self._handlers:
             logger.removeHandler(handler)
