@@ -5,7 +5,7 @@
   ``<!-- run-with: NAME -->``, NAME being one of :data:`CONTEXTS` (a tiny trained ``trainer``...) or ``previous``
   (the namespace the previous Python block of the same file left).
 * ``bash`` blocks run with ``bash -e`` in a temporary folder where ``examples/`` is the repository's; ``trainwell`` is
-  the command of this checkout, and ``trainwell train`` gets small step counts appended (``TRAIN_STEPS``), which
+  the command of this checkout (with TRAINWELL_DEBUG=1, so a failure shows its traceback), and ``trainwell train`` gets small step counts appended (``TRAIN_STEPS``), which
   override the block's own, so the whole file stays quick.
 * ``yaml`` blocks that are recipes must name factories that exist in ``examples/``.
 * A block that cannot run here (8 GPUs, SLURM, installing packages) is marked ``<!-- not-run: why -->`` just before
@@ -147,7 +147,7 @@ def _shim(folder: Path) -> Path:
 
 def _run_bash(block: Block, cwd: Path) -> subprocess.CompletedProcess:
     (cwd / "examples").symlink_to(REPO / "examples")
-    env = dict(os.environ, PATH=f"{_shim(cwd)}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1",
+    env = dict(os.environ, PATH=f"{_shim(cwd)}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1", TRAINWELL_DEBUG="1",
                PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     return subprocess.run(["bash", "-e", "-c", block.code], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
