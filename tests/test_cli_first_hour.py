@@ -314,3 +314,9 @@ def test_generate_samples_from_the_saved_model(finished_run, capsys):
     assert main(argv) == 0 and capsys.readouterr().out == first  # deterministic for a seed
     checkpoint = sorted(finished_run["dir"].glob("checkpoint-*"))[-1]
     assert main(["generate", str(checkpoint), "def f", "--length", "5"]) == 0  # config found in the parent
+
+
+def test_help_piped_into_head_is_quiet():
+    result = subprocess.run(["bash", "-c", f'"{sys.executable}" -m trainwell train --help | head -1'],
+                            capture_output=True, text=True, env=_env(), timeout=120)
+    assert result.stdout.startswith("usage: trainwell train") and result.stderr == ""

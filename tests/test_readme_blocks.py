@@ -147,7 +147,8 @@ def _shim(folder: Path) -> Path:
 
 def _run_bash(block: Block, cwd: Path) -> subprocess.CompletedProcess:
     (cwd / "examples").symlink_to(REPO / "examples")
-    env = dict(os.environ, PATH=f"{_shim(cwd)}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1", TRAINWELL_DEBUG="1",
+    env = dict(os.environ, PATH=f"{_shim(cwd)}{os.pathsep}{os.environ['PATH']}", OMP_NUM_THREADS="1",
+               TRAINWELL_DEBUG="1",
                PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     return subprocess.run(["bash", "-e", "-c", block.code], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)

@@ -89,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command.run(argv[1:])
     except SystemExit as exc:  # argparse inside a subcommand (e.g. its --help)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except BrokenPipeError:  # `trainwell train --help | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         if debug:
             raise
