@@ -13,6 +13,26 @@ from torch.nn import functional as F
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_temp_folder(tmp_path_factory: pytest.TempPathFactory):
+    """Every temporary file of the session, subprocesses included (torchrun's torchelastic_* log folders,
+    DeepSpeed's and the libraries' own temp files), goes under pytest's base temp folder, which is removed at
+    the end (tmp_path_retention_policy = "none" in pyproject.toml): the suite leaves nothing in the temp folder."""
+    import os
+    import tempfile
+
+    folder = tmp_path_factory.mktemp("tmp")
+    previous_env, previous_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = str(folder)
+    tempfile.tempdir = str(folder)
+    yield folder
+    tempfile.tempdir = previous_tempdir
+    if previous_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = previous_env
+
+
 class RegressionModel(nn.Module):
     """``y = w.x + b`` with a mean squared error; returns ``{"loss", "logits"}`` (loss None without labels)."""
 

@@ -321,7 +321,8 @@ class TrainingArguments:
     skip_memory_metrics: bool = _f(True, "Skip the memory profiler metrics.")
     use_legacy_prediction_loop: bool = _f(False, "Use the legacy prediction loop.")
     push_to_hub: bool = _f(False, "Not supported by trainwell.")
-    resume_from_checkpoint: str | None = _f(None, "Checkpoint folder to resume from (read by scripts).")
+    resume_from_checkpoint: str | None = _f(None, "Checkpoint folder to resume from (read by scripts); "
+                                                   "'auto': the newest checkpoint if any, else start fresh.")
     hub_model_id: str | None = _f(None, "Hub repository name (accepted, unused).")
     hub_strategy: HubStrategy | str = _f("every_save", "Hub push strategy (accepted, unused).",
                                          choices=[m.value for m in HubStrategy])

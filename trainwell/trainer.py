@@ -493,7 +493,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
               ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> TrainOutput:
-        """Run training; ``resume_from_checkpoint=True`` continues from the newest complete checkpoint."""
+        """Run training; ``resume_from_checkpoint=True`` continues from the newest complete checkpoint, ``"auto"``
+        does the same when there is one and starts fresh otherwise, a path resumes from that checkpoint."""
         if "model_path" in kwargs:
             warnings.warn("`model_path` is deprecated, use `resume_from_checkpoint`", FutureWarning, stacklevel=2)
             resume_from_checkpoint = kwargs.pop("model_path")

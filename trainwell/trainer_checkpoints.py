@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints
+from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints,
+                                list_resumable_checkpoints)
 from .checkpoint.lock import OutputDirLock, OutputDirLockedError
 from .checkpoint.manager import CheckpointContents, CheckpointManager
 from .checkpoint.preemption import PreemptionGuard
@@ -45,6 +46,7 @@ class TrainerCheckpointing:
         self._resume_with_fallback = False
         self._output_dir_lock: OutputDirLock | None = None
         self.preempted = False
+        self.preempted_by: str | None = None  # the signal's name ("SIGTERM") when a signal stopped the run
         self._preemption: PreemptionGuard | None = None
         self._preemption_collective = False
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
@@ -77,6 +79,7 @@ class TrainerCheckpointing:
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
                                    [str(p) for p in removed])
+            resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self._resume_with_fallback = resume_from_checkpoint is True
             folder = self._checkpoints.resolve_resume(resume_from_checkpoint)
         except BaseException:
@@ -84,6 +87,21 @@ class TrainerCheckpointing:
             raise
         self._warn_foreign_checkpoints(folder)
         return folder
+
+    def _resolve_auto(self, resume_from_checkpoint: str | bool | None) -> str | bool | None:
+        """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh).
+
+        One command then serves the first attempt of a job and every requeued one; the choice is logged.
+        """
+        if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
+            return resume_from_checkpoint
+        found = list_resumable_checkpoints(self.args.output_dir) if self.args.output_dir else []
+        if found:
+            logger.warning("resume_from_checkpoint='auto': resuming from the newest checkpoint of %s (%s; an older "
+                           "one is used if it is damaged)", self.args.output_dir, found[-1].name)
+            return True
+        logger.warning("resume_from_checkpoint='auto': no checkpoint in %s; training from scratch", self.args.output_dir)
+        return None
 
     def _lock_output_dir(self) -> None:
         """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
@@ -278,6 +296,7 @@ class TrainerCheckpointing:
     def _preemption_scope(self) -> Iterator[PreemptionGuard]:
         """Turn SIGTERM/SIGINT into a graceful stop for the duration of ``train()`` (see :meth:`_stop_if_preempted`)."""
         self.preempted = False
+        self.preempted_by = None
         self._preemption_collective = self.args.world_size > 1
         with PreemptionGuard() as guard:
             self._preemption = guard
@@ -317,6 +336,7 @@ class TrainerCheckpointing:
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
             where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
         self.preempted = True
+        self.preempted_by = self._preemption.signal_name
         self.control.should_training_stop = True
         logger.warning("Training preempted by %s at step %d: %s", name, step, where)
         return True

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,7 +205,9 @@ def format_memory_table(rows: Sequence[MemoryEstimate], params: int, gpus: int, 
 # -- command line --------------------------------------------------------------------------------------------------
 def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
     """``trainwell zero-to-fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag global_stepN]``."""
-    parser = argparse.ArgumentParser(prog="trainwell zero-to-fp32",
+    from .cmdline import ArgParser
+
+    parser = ArgParser(prog="trainwell zero-to-fp32",
                                      description="Consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file.")
     parser.add_argument("checkpoint_dir", help="a checkpoint-<step> folder (with 'latest' and global_step*/)")
     parser.add_argument("output_file", help="where to write the weights (.safetensors, or a torch.save file)")
@@ -219,12 +220,14 @@ def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
 
 def cmd_estimate_memory(argv: Sequence[str] | None = None) -> int:
     """``trainwell estimate-memory --params N [--gpus G --nodes K --largest-layer-params L]``."""
-    parser = argparse.ArgumentParser(prog="trainwell estimate-memory",
+    from .cmdline import ArgParser, positive_float, positive_int
+
+    parser = ArgParser(prog="trainwell estimate-memory",
                                      description="ZeRO-2/3 memory needs for parameters, gradients, optimizer states.")
-    parser.add_argument("--params", type=float, required=True, help="number of parameters, e.g. 3e9")
-    parser.add_argument("--gpus", type=int, default=1, help="GPUs per node")
-    parser.add_argument("--nodes", type=int, default=1, help="number of nodes")
-    parser.add_argument("--largest-layer-params", type=float, default=None,
+    parser.add_argument("--params", type=positive_float, required=True, help="number of parameters, e.g. 3e9")
+    parser.add_argument("--gpus", type=positive_int, default=1, help="GPUs per node")
+    parser.add_argument("--nodes", type=positive_int, default=1, help="number of nodes")
+    parser.add_argument("--largest-layer-params", type=positive_float, default=None,
                         help="parameters of the biggest single layer (default: params/40)")
     ns = parser.parse_args(argv)
     params = int(ns.params)

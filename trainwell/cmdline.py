@@ -1,0 +1,36 @@
+"""Small argparse helpers of the command line (layer 0): a parser whose errors raise instead of exiting, so the
+``trainwell`` command prints them as one line, and positive-number argument types."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+
+class ArgParser(argparse.ArgumentParser):
+    """``error()`` raises ``argparse.ArgumentError`` carrying the message and the usage hint."""
+
+    def error(self, message: str) -> NoReturn:
+        raise argparse.ArgumentError(None, f"{message} (see '{self.prog} --help')")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0 (``3e9`` accepted)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 3e9, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
