@@ -460,14 +460,16 @@ class TFTrainer:
     def evaluate(self, eval_dataset: tf.data.Dataset | None = None) -> dict[str, float]:
         """Run evaluation, log and return the metrics (``eval_loss`` and ``compute_metrics``'s, ``eval_``-prefixed)."""
         eval_ds, steps, num_examples = self.get_eval_tfdataset(eval_dataset)
-        output = self.prediction_loop(eval_ds, steps, num_examples, description="Evaluation")
+        with self.args.strategy.scope():
+            output = self.prediction_loop(eval_ds, steps, num_examples, description="Evaluation")
         self.log({**output.metrics})
         return output.metrics
 
     def predict(self, test_dataset: tf.data.Dataset) -> PredictionOutput:
         """Predictions (and labels and metrics when the dataset has labels) on ``test_dataset``."""
         test_ds, steps, num_examples = self.get_test_tfdataset(test_dataset)
-        return self.prediction_loop(test_ds, steps, num_examples, description="Prediction")
+        with self.args.strategy.scope():
+            return self.prediction_loop(test_ds, steps, num_examples, description="Prediction")
 
     def save_model(self, output_dir: str | None = None) -> None:
         """Save the model: ``save_pretrained`` when the model has it, else Keras weights in
