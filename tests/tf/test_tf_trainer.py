@@ -250,3 +250,20 @@ def test_the_seed_script_runs_with_the_import_changed(tmp_path, monkeypatch, cap
     assert "eval_loss" in out and "eval_accuracy" in out
     assert (tmp_path / "seed" / "checkpoint" / "ckpt-6.index").exists()
     assert (tmp_path / "seed" / "tf_model.weights.h5").exists()
+
+
+def test_bf16_trains_with_keras_mixed_bfloat16_on_the_cpu(tmp_path):
+    (xt, yt), (xe, ye) = digits()
+    args = _args(tmp_path, bf16=True, max_steps=8)
+    try:
+        with args.strategy.scope():
+            model = DigitsClassifier()
+        assert keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+        trainer = TFTrainer(model, args, as_dataset(xt, yt), as_dataset(xe, ye))
+        before = trainer.evaluate()["eval_loss"]
+        trainer.train()
+        after = trainer.evaluate()["eval_loss"]
+        assert model.head.compute_dtype == "bfloat16" and model.head.kernel.dtype == "float32"
+        assert np.isfinite(after) and after < before
+    finally:
+        keras.mixed_precision.set_global_policy("float32")

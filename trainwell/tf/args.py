@@ -94,7 +94,7 @@ class TFTrainingArguments(TrainingArguments):
                                                                     project=self.gcp_project)
             tf.config.experimental_connect_to_cluster(tpu)
             tf.tpu.experimental.initialize_tpu_system(tpu)
-        except (ValueError, RuntimeError, tf.errors.OpError) as err:
+        except Exception as err:  # resolver (metadata lookup), connection or TPU init: all mean no TPU here
             raise RuntimeError(f"Couldn't connect to TPU {self.tpu_name!r} (tpu_zone={self.tpu_zone!r}, "
                                f"gcp_project={self.gcp_project!r}): {err}. Check the TPU name, zone and project, "
                                "or leave tpu_name unset to train on the GPUs/CPU.") from err
