@@ -23,7 +23,7 @@ from tf_digits import DigitsClassifier, as_dataset, digits  # noqa: E402
 from trainwell.tf import TFTrainer, TFTrainingArguments  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-COMMON = dict(max_steps=6, learning_rate=1e-2, max_grad_norm=0.5, per_device_eval_batch_size=4)
+COMMON = dict(max_steps=6, learning_rate=1e-2, max_grad_norm=0.1, per_device_eval_batch_size=4)  # clipping on
 SCENARIOS = {
     "replicas_2x4": dict(per_device_train_batch_size=4, **COMMON),
     "replicas_2x2_accumulate_2": dict(per_device_train_batch_size=2, gradient_accumulation_steps=2, **COMMON),

@@ -267,3 +267,26 @@ def test_bf16_trains_with_keras_mixed_bfloat16_on_the_cpu(tmp_path):
         assert np.isfinite(after) and after < before
     finally:
         keras.mixed_precision.set_global_policy("float32")
+
+
+def test_epoch_strategies_and_resume_from_a_named_checkpoint(tmp_path):
+    (xt, yt), (xe, ye) = digits()  # 64 examples, batch 16: 4 steps per epoch
+    kw = dict(num_train_epochs=2, max_steps=-1, per_device_train_batch_size=16, logging_strategy="epoch",
+              eval_strategy="epoch", save_strategy="epoch")
+    full = TFTrainer(DigitsClassifier(), _args(tmp_path / "a", **kw), as_dataset(xt, yt), as_dataset(xe, ye))
+    full.train()
+    assert [(h["step"], h["epoch"], "loss" in h, "eval_loss" in h) for h in full.log_history] == [
+        (4, 1.0, True, False), (4, 1.0, False, True), (8, 2.0, True, False), (8, 2.0, False, True)]
+    folder = tmp_path / "a" / "out" / "checkpoint"
+    assert sorted(p.name for p in folder.glob("*.index")) == ["ckpt-4.index", "ckpt-8.index"]
+
+    resumed = TFTrainer(DigitsClassifier(seed=5), _args(tmp_path / "b", resume_from_checkpoint=str(folder / "ckpt-4"),
+                                                         **kw), as_dataset(xt, yt), as_dataset(xe, ye))
+    resumed.train()
+    assert [h["step"] for h in resumed.log_history] == [8, 8]
+    assert resumed.log_history[-1]["eval_loss"] == pytest.approx(full.log_history[-1]["eval_loss"], rel=1e-5)
+    for a, b in zip(_weights(resumed.model), _weights(full.model)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="holds no tf.train checkpoint"):
+        TFTrainer(DigitsClassifier(), _args(tmp_path / "c", resume_from_checkpoint=str(tmp_path), **kw),
+                  as_dataset(xt, yt)).train()
