@@ -75,6 +75,7 @@ class TFTrainer:
         self.log_history: list[dict[str, float]] = []
         self.tb_writer = tb_writer if tb_writer is not None else tf.summary.create_file_writer(args.logging_dir)
         self._wandb: Any = None
+        self._comet: Any = None
         self._local = threading.local()  # per-replica (per-thread under MirroredStrategy) step losses
         if "wandb" in args.report_to and os.getenv("WANDB_DISABLED", "").upper() not in _TRUE:
             self.setup_wandb()
@@ -155,6 +156,7 @@ class TFTrainer:
             experiment = comet_ml.OfflineExperiment(**kwargs)
         else:
             experiment = comet_ml.Experiment(**kwargs)
+        self._comet = experiment
         experiment.log_parameters(self.args.to_sanitized_dict(), prefix="args/")
         if self._model_config():
             experiment.log_parameters(self._model_config(), prefix="config/")
@@ -173,12 +175,8 @@ class TFTrainer:
             self.tb_writer.flush()
         if self._wandb is not None:
             self._wandb.log(logs, step=self.global_step)
-        if "comet_ml" in self.args.report_to:
-            import comet_ml
-
-            experiment = comet_ml.get_global_experiment()
-            if experiment is not None:
-                experiment.log_metrics(logs, step=self.global_step, epoch=self.epoch_logging)
+        if self._comet is not None:
+            self._comet.log_metrics(logs, step=self.global_step, epoch=self.epoch_logging)
         output = {**logs, "step": self.global_step}
         self.log_history.append(output)
         logger.info(output)
