@@ -172,7 +172,7 @@ def test_tensorboard_event_files_read_back(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     (xt, yt), (xe, ye) = digits()
-    args = _args(tmp_path, max_steps=4, logging_steps=2, eval_strategy="steps", eval_steps=4)
+    args = _args(tmp_path, max_steps=4, logging_steps=0.5, eval_strategy="steps", eval_steps=4)  # 0.5: half the run
     trainer = TFTrainer(DigitsClassifier(), args, as_dataset(xt, yt), as_dataset(xe, ye))
     trainer.train()
     acc = EventAccumulator(args.logging_dir, size_guidance={"tensors": 0})

@@ -358,6 +358,9 @@ class TFTrainer:
     def _run_steps(self, iterator: Any, step_fn: Callable[..., Any], manager: tf.train.CheckpointManager,
                    t_total: int, steps_per_epoch: int) -> None:
         args = self.args
+        # Intervals below 1 are fractions of the whole training (as TrainingArguments documents).
+        log_every, eval_every, save_every = (math.ceil(n * t_total) if n and 0 < n < 1 else n for n in
+                                             (args.logging_steps, args.eval_steps, args.save_steps))
         loss_sum, loss_steps = tf.constant(0.0), 0
         while self.global_step < t_total:
             loss_sum += step_fn(next(iterator))
@@ -366,16 +369,16 @@ class TFTrainer:
             self.epoch_logging = self.global_step / steps_per_epoch
             epoch_end = self.global_step % steps_per_epoch == 0
             every = lambda n: n and n > 0 and self.global_step % int(n) == 0  # noqa: E731
-            if ((args.logging_strategy == IntervalStrategy.STEPS and every(args.logging_steps))
+            if ((args.logging_strategy == IntervalStrategy.STEPS and every(log_every))
                     or (args.logging_strategy == IntervalStrategy.EPOCH and epoch_end)
                     or (self.global_step == 1 and args.logging_first_step)):
                 logs = {"loss": float(loss_sum.numpy()) / loss_steps, "learning_rate": self._current_lr()}
                 loss_sum, loss_steps = tf.constant(0.0), 0
                 self.log(logs)
-            if ((args.eval_strategy == IntervalStrategy.STEPS and every(args.eval_steps))
+            if ((args.eval_strategy == IntervalStrategy.STEPS and every(eval_every))
                     or (args.eval_strategy == IntervalStrategy.EPOCH and epoch_end)):
                 self.evaluate()
-            if ((args.save_strategy == SaveStrategy.STEPS and every(args.save_steps))
+            if ((args.save_strategy == SaveStrategy.STEPS and every(save_every))
                     or (args.save_strategy == SaveStrategy.EPOCH and epoch_end)):
                 path = manager.save(checkpoint_number=self.global_step)
                 logger.info("Saving checkpoint for step %d at %s", self.global_step, path)
