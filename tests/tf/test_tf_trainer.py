@@ -290,3 +290,21 @@ def test_epoch_strategies_and_resume_from_a_named_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="holds no tf.train checkpoint"):
         TFTrainer(DigitsClassifier(), _args(tmp_path / "c", resume_from_checkpoint=str(tmp_path), **kw),
                   as_dataset(xt, yt)).train()
+
+
+def test_a_loss_scale_optimizer_trains_like_the_plain_one(tmp_path):
+    """The fp16 path (scaled loss, clipping on the unscaled norm) on the CPU, with a user-given LossScaleOptimizer."""
+    (xt, yt), _ = digits()
+    runs = []
+    for scaled in (False, True):
+        args = _args(tmp_path / str(scaled), max_steps=4, max_grad_norm=0.1)
+        schedule = keras.optimizers.schedules.PolynomialDecay(1e-2, 4, 0.0)
+        with args.strategy.scope():  # as upstream: optimizers passed in are created under the strategy
+            opt = keras.optimizers.Adam(schedule)
+            if scaled:
+                opt = keras.optimizers.LossScaleOptimizer(opt, initial_scale=2.0**10)
+        tr = TFTrainer(DigitsClassifier(), args, as_dataset(xt, yt), optimizers=(opt, schedule))
+        tr.train()
+        runs.append(_weights(tr.model))
+    for a, b in zip(*runs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
