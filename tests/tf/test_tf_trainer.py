@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import logging
 import runpy
 import sys
 from pathlib import Path
@@ -163,7 +163,8 @@ def test_predictions_and_metrics_through_eval_prediction_with_a_short_last_batch
     np.testing.assert_allclose(no_labels.predictions, logits, rtol=1e-5, atol=1e-6)
     assert no_labels.label_ids is None and no_labels.metrics == {}
 
-    loss_only = TFTrainer(DigitsClassifier(), _args(tmp_path, prediction_loss_only=True), eval_dataset=as_dataset(xe, ye))
+    loss_only = TFTrainer(DigitsClassifier(), _args(tmp_path, prediction_loss_only=True),
+                          eval_dataset=as_dataset(xe, ye))
     metrics_only = loss_only.evaluate()
     assert set(metrics_only) == {"eval_loss"}
 
@@ -245,7 +246,12 @@ def test_the_seed_script_runs_with_the_import_changed(tmp_path, monkeypatch, cap
     monkeypatch.setattr(sys, "argv", [str(script), "--output_dir", str(tmp_path / "seed"), "--do_train", "--do_eval",
                                       "--max_steps", "6", "--learning_rate", "0.01", "--logging_steps", "3",
                                       "--save_steps", "3", "--per_device_train_batch_size", "8"])
-    runpy.run_path(str(script), run_name="__main__")
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:  # the script's logging.basicConfig must not leak into later tests
+        root.handlers[:], root.level = handlers, level
     out = capsys.readouterr().out
     assert "eval_loss" in out and "eval_accuracy" in out
     assert (tmp_path / "seed" / "checkpoint" / "ckpt-6.index").exists()
