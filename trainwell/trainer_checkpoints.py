@@ -7,7 +7,6 @@ A mixin of :class:`trainwell.trainer.Trainer` (kept apart so the facade stays sm
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -24,6 +23,7 @@ from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
+from .overrides import call_override
 from .state import TrainerState
 
 logger = logging.getLogger("trainwell.trainer")
@@ -51,13 +51,8 @@ class TrainerCheckpointing:
 
     def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it."""
-        data_state = None
-        if tr_loss is not None:
-            position: DataPosition = self._position
-            position.tr_loss = float(tr_loss.item())
-            position.total_loss = self._total_loss_scalar
-            position.last_logged_step = self._globalstep_last_logged
-            data_state = {**position.to_dict(), "global_step": self.state.global_step}
+        # every rank's running loss is gathered (a collective: _contents runs on every rank at save time)
+        data_state = self._loop.data_state(self.state.global_step) if tr_loss is not None else None
         sharded = self.backend.caps.sharded_state
         return CheckpointContents(
             # A sharded backend saves and loads the optimizer state itself (collectively, in backend.save/load).
@@ -173,8 +168,8 @@ class TrainerCheckpointing:
         plan, saved_batch = self._plan, data_state.get("train_batch_size")
         saved_per_epoch = data_state.get("batches_per_epoch")
         changes = []
-        if saved_batch is not None and saved_batch != self.args.train_batch_size:
-            changes.append(f"train_batch_size {saved_batch} -> {self.args.train_batch_size}")
+        if saved_batch is not None and saved_batch != self._train_batch_size:
+            changes.append(f"train_batch_size {saved_batch} -> {self._train_batch_size}")
         if saved_per_epoch is not None and plan.micro_batches_per_epoch is not None and \
                 saved_per_epoch != plan.micro_batches_per_epoch:
             changes.append(f"batches per epoch {saved_per_epoch} -> {plan.micro_batches_per_epoch}")
@@ -217,7 +212,7 @@ class TrainerCheckpointing:
         loaded.compute_steps(self.args, plan.max_steps)
         loaded.max_steps = plan.max_steps
         loaded.num_train_epochs = plan.num_epochs
-        loaded.train_batch_size = self.args.train_batch_size
+        loaded.train_batch_size = self._train_batch_size
         self.state = loaded
         if self.args.restore_callback_states_from_checkpoint and loaded.stateful_callbacks:
             self._restore_callback_states(loaded.stateful_callbacks)
@@ -267,10 +262,6 @@ class TrainerCheckpointing:
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
-        if tr_loss is not None:
-            window = self._settle_loss_window(tr_loss)
-            if not math.isfinite(window) or self._window_filtered:
-                self._check_diverged(window, self.state.global_step - self._globalstep_last_logged)
         step = self.state.global_step
         folder = self._checkpoints.checkpoint_dir(step)
         if self.state.best_global_step == step and self.args.metric_for_best_model:
@@ -309,7 +300,8 @@ class TrainerCheckpointing:
     def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """Called after each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True.
 
-        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"``. Sets
+        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"`` (unless
+        ``enable_jit_checkpoint``, upstream's preemption switch, asks for it). Sets
         ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
         """
         if self.control.should_training_stop or not self._preemption_requested():
@@ -317,11 +309,11 @@ class TrainerCheckpointing:
         step = self.state.global_step
         name = self._preemption.signal_name or "a stop request"
         folder = self._checkpoints.checkpoint_dir(step)
-        if self.args.save_strategy == "no":
+        if self.args.save_strategy == "no" and not self.args.enable_jit_checkpoint:
             where = "no checkpoint saved (save_strategy='no')"
         else:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
-                folder = self._save_checkpoint(model, trial, tr_loss=tr_loss)
+                folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
             where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
         self.preempted = True

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..overrides import call_override
 from ..reporting import speed_metrics
 from ..trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .gather import (_device_of, _is_dist, _round_robin, _sum_across_ranks, gather_across_ranks,  # noqa: F401
@@ -381,9 +382,9 @@ class EvaluationMixin:
         try:
             dataloader = self.get_eval_dataloader(eval_dataset)
             start_time = time.time()
-            output = self.evaluation_loop(dataloader, description="Evaluation",
-                                          prediction_loss_only=True if self.compute_metrics is None else None,
-                                          ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+            output = self._eval_loop_method()(dataloader, description="Evaluation",
+                                              prediction_loss_only=True if self.compute_metrics is None else None,
+                                              ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
         except BaseException:
             self._memory_tracker.stop("eval")  # so that a later train/evaluate is tracked again
             raise
@@ -403,8 +404,8 @@ class EvaluationMixin:
         try:
             dataloader = self.get_test_dataloader(test_dataset)
             start_time = time.time()
-            output = self.evaluation_loop(dataloader, description="Prediction", ignore_keys=ignore_keys,
-                                          metric_key_prefix=metric_key_prefix)
+            output = self._eval_loop_method()(dataloader, description="Prediction", ignore_keys=ignore_keys,
+                                              metric_key_prefix=metric_key_prefix)
         except BaseException:
             self._memory_tracker.stop("test")
             raise
@@ -446,6 +447,17 @@ class EvaluationMixin:
             metrics[f"{metric_key_prefix}_loss"] = _mean_loss(losses, getattr(args, "logging_nan_inf_filter", True))
         metrics = _prefix_keys(metrics, metric_key_prefix)
         return EvalLoopOutput(predictions=preds, label_ids=labels, metrics=metrics, num_samples=num_samples)
+
+    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> Any:
+        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
+        return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
+                                    ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def _eval_loop_method(self) -> Any:
+        """``prediction_loop`` with ``use_legacy_prediction_loop``, else ``evaluation_loop`` (as upstream picks)."""
+        legacy = getattr(self.args, "use_legacy_prediction_loop", False)
+        return self.prediction_loop if legacy else self.evaluation_loop
 
     def _eval_batches(self, model: Any, dataloader: Any, description: str, prediction_loss_only: bool,
                       ignore_keys: list[str] | None) -> tuple[list[OutputAccumulator], Any, int]:
@@ -612,7 +624,9 @@ class EvaluationMixin:
             labels = labels[0] if len(labels) == 1 else (labels or None)
         with torch.no_grad(), self.backend.autocast():
             if has_labels or loss_without_labels:
-                loss, outputs = self.compute_loss(model, inputs, return_outputs=True, num_items_in_batch=None)
+                # an override with the seeds' signature compute_loss(model, inputs, return_outputs=False) works too
+                loss, outputs = call_override(self, "compute_loss", model, inputs, return_outputs=True,
+                                              num_items_in_batch=None)
                 loss = loss.detach().mean()
             else:
                 loss, outputs = None, model(**inputs)
