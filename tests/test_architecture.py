@@ -23,7 +23,7 @@ LAYERS: dict[str, int] = {
     "callbacks": 2, "integrations": 2, "backends": 2, "seq2seq_args": 2,
     "loops": 3, "accelerator": 3,
     "trainer_checkpoints": 4, "trainer_compat": 4, "trainer": 4, "hpsearch": 4,
-    "seq2seq": 5, "zero": 5, "recipes": 5,
+    "seq2seq": 5, "zero": 5, "recipes": 5, "tf": 5,
     "cli": 6, "__main__": 6, "__init__": 6, "commands": 6,
 }
 # Documented exceptions: (importer, imported) pairs allowed to point up, each imported lazily inside a function.
@@ -88,7 +88,7 @@ def test_import_is_light():
     code = ("import sys, time; t=time.perf_counter(); import trainwell; "
             "heavy = [m for m in ('torch', 'numpy', 'deepspeed', 'transformers', 'datasets', 'tensorboard', "
             "'mlflow', 'optuna', 'sklearn', 'yaml', 'tqdm', 'wandb', 'comet_ml', 'clearml', 'neptune', 'dvclive', "
-            "'codecarbon', 'trackio', 'swanlab', 'azureml', 'dagshub', 'flytekit') if m in sys.modules]; print(heavy)")
+            "'codecarbon', 'trackio', 'swanlab', 'azureml', 'dagshub', 'flytekit', 'tensorflow', 'keras') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -97,6 +97,13 @@ def test_trainer_import_pulls_no_optional_package():
     code = ("import sys; from trainwell import Trainer, TrainingArguments; "
             "print([m for m in ('deepspeed', 'transformers', 'datasets', 'tensorboard', 'mlflow', 'optuna', "
             "'sklearn', 'wandb', 'comet_ml', 'clearml', 'neptune', 'dvclive', 'codecarbon', 'trackio', 'swanlab', "
-            "'azureml', 'dagshub', 'flytekit') if m in sys.modules])")
+            "'azureml', 'dagshub', 'flytekit', 'tensorflow', 'keras') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_nothing_imports_the_tensorflow_subpackage():
+    """trainwell.tf is optional (TensorFlow): no other module of the package may import it."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.relative_to(PACKAGE).parts[0] != "tf":
+            assert "tf" not in _imports(path), path.relative_to(PACKAGE.parent)
