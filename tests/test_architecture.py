@@ -18,7 +18,7 @@ LAYERS: dict[str, int] = {
     "precision": 0, "state": 0, "memory": 0, "deepspeed_config": 0, "data": 0, "optim": 0, "schedules": 0,
     "overrides": 0,
     # configuration, events, the file format of checkpoints
-    "args": 1, "accelerate_env": 1, "parser": 1, "events": 1, "checkpoint": 1,
+    "args": 1, "debug_utils": 1, "accelerate_env": 1, "parser": 1, "events": 1, "checkpoint": 1,
     # callbacks and execution backends (never the loops or the trainer)
     "callbacks": 2, "backends": 2, "seq2seq_args": 2,
     "loops": 3, "accelerator": 3,
