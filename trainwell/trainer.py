@@ -586,7 +586,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
                            else plan.num_examples * self.args.num_train_epochs)
         else:
             num_samples = plan.max_steps * plan.total_train_batch_size
-        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps)
+        tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
+        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps,
+                                          num_tokens=tokens)
         self.store_flos()
         metrics["total_flos"] = self.state.total_flos
         metrics["train_loss"] = train_loss

@@ -1,4 +1,5 @@
-"""Hooks that live for one ``train()`` call: the underflow/overflow detector and NEFTune embedding noise.
+"""What lives for one ``train()`` call only: the underflow/overflow detector, NEFTune embedding noise, Liger kernels
+and the ``torch_empty_cache_steps`` callback.
 
 ``attach(trainer)`` registers what the arguments ask for (nothing at all when they ask for nothing, so the default
 run pays no hook) and ``detach(trainer)`` takes it all off again when training ends, after an error too.
@@ -13,7 +14,27 @@ import torch
 from torch import nn
 
 from ..args import DebugOption
+from ..callbacks.base import TrainerCallback
 from ..model_utils import unwrap_model
+
+
+def clear_device_cache(device: torch.device) -> None:
+    """Give the cached blocks of ``device``'s allocator back (CUDA, MPS, XPU; nothing to do on the CPU)."""
+    backend = getattr(torch, device.type, None)
+    if device.type != "cpu" and backend is not None and hasattr(backend, "empty_cache"):
+        backend.empty_cache()
+
+
+class EmptyCacheCallback(TrainerCallback):
+    """``torch_empty_cache_steps``: empty the device cache after every ``every`` optimizer steps."""
+
+    def __init__(self, every: int, device: torch.device) -> None:
+        self.every, self.device, self.calls = every, device, 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.every == 0:
+            clear_device_cache(self.device)
+            self.calls += 1
 
 
 def neftune_post_forward_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
@@ -54,6 +75,14 @@ def attach(trainer: Any) -> None:
         from ..debug_utils import DebugUnderflowOverflow
 
         trainer._debug_overflow = DebugUnderflowOverflow(unwrap_model(trainer.model))
+    if args.use_liger_kernel:  # args refused it when the package is missing
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=unwrap_model(trainer.model), **(args.liger_kernel_config or {}))
+    if args.torch_empty_cache_steps is not None:
+        callback = EmptyCacheCallback(args.torch_empty_cache_steps, args.device)
+        trainer.callback_handler.add_callback(callback)
+        trainer._empty_cache_callback = callback
     trainer._train_hook_handles = handles
 
 
@@ -64,6 +93,9 @@ def detach(trainer: Any) -> None:
     embeddings = trainer.__dict__.pop("_neftune_embeddings", None)
     if embeddings is not None and hasattr(embeddings, "neftune_noise_alpha"):
         del embeddings.neftune_noise_alpha
+    callback = trainer.__dict__.pop("_empty_cache_callback", None)
+    if callback is not None:
+        trainer.callback_handler.remove_callback(callback)
     detector = trainer.__dict__.pop("_debug_overflow", None)
     if detector is not None:
         detector.remove()
