@@ -103,3 +103,54 @@ def test_missing_package_or_device_is_a_clear_error(tmp_path) -> None:
 def test_optim_target_modules_without_a_low_rank_optimizer_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match="only used by the GaLore and APOLLO optimizers"):
         TrainingArguments(str(tmp_path), optim_target_modules=["proj"])
+
+
+@pytest.mark.parametrize("kwargs", [{"min_lr_rate": 0.1}, {"min_lr": 1e-3, "warmup_lr_rate": 0.2},
+                                    {"min_lr_rate": 0.0, "num_cycles": 1.0}])
+@pytest.mark.parametrize("warmup", [0, 1, 3])
+def test_cosine_warmup_with_min_lr_matches_upstream(kwargs: dict, warmup: int) -> None:
+    transformers = pytest.importorskip("transformers")
+    from trainwell.schedules import get_scheduler
+
+    def lrs(get) -> list[float]:
+        optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
+        scheduler = get("cosine_warmup_with_min_lr", optimizer=optimizer, num_warmup_steps=warmup,
+                        num_training_steps=10, scheduler_specific_kwargs=dict(kwargs))
+        out = []
+        for _ in range(12):
+            out.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        return out
+
+    assert lrs(get_scheduler) == pytest.approx(lrs(transformers.get_scheduler), rel=1e-12, abs=1e-15)
+
+
+def test_cosine_warmup_with_min_lr_needs_a_floor(tmp_path) -> None:
+    from trainwell.schedules import get_scheduler
+
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
+    with pytest.raises(ValueError, match="cosine_warmup_with_min_lr needs one of `min_lr` or `min_lr_rate`"):
+        get_scheduler("cosine_warmup_with_min_lr", optimizer=optimizer, num_warmup_steps=1, num_training_steps=5)
+    args = TrainingArguments(str(tmp_path), lr_scheduler_type="cosine_warmup_with_min_lr",
+                             lr_scheduler_kwargs={"min_lr_rate": 0.1})
+    assert args.lr_scheduler_type.value == "cosine_warmup_with_min_lr"
+
+
+def test_schedule_free_evaluates_the_averaged_weights_like_upstream(tmp_path) -> None:
+    pytest.importorskip("schedulefree")
+    transformers = pytest.importorskip("transformers")
+    logs = []
+    for lib, sub in ((None, "tw"), (transformers, "hf")):
+        kw = dict(output_dir=str(tmp_path / sub), optim="schedule_free_adamw", learning_rate=1e-2,
+                  per_device_train_batch_size=16, per_device_eval_batch_size=16, num_train_epochs=4,
+                  eval_strategy="steps", eval_steps=2, report_to="none", use_cpu=True, save_strategy="no",
+                  disable_tqdm=True)
+        model = Tiny()
+        trainer = (Trainer(model=model, args=TrainingArguments(**kw), train_dataset=Data(), eval_dataset=Data())
+                   if lib is None else lib.Trainer(model=model, args=lib.TrainingArguments(**kw),
+                                                   train_dataset=Data(), eval_dataset=Data()))
+        trainer.train()
+        logs.append([entry["eval_loss"] for entry in trainer.state.log_history if "eval_loss" in entry])
+    assert len(logs[0]) == 2
+    assert logs[0] == pytest.approx(logs[1], rel=1e-5)

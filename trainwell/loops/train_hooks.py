@@ -7,7 +7,6 @@ run pays no hook) and ``detach(trainer)`` takes it all off again when training e
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -40,7 +39,8 @@ class EmptyCacheCallback(TrainerCallback):
 def neftune_post_forward_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
     """NEFTune: uniform noise of magnitude ``alpha / sqrt(seq_len * hidden)`` on the embeddings, in training only."""
     if module.training:
-        mag_norm = module.neftune_noise_alpha / math.sqrt(output.size(1) * output.size(2))
+        # float32 arithmetic, as upstream's hook, so the same generator state gives the same noise bit for bit
+        mag_norm = module.neftune_noise_alpha / torch.sqrt(torch.tensor(output.size(1) * output.size(2)))
         output = output + torch.zeros_like(output).uniform_(-mag_norm, mag_norm)
     return output
 
