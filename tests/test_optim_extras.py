@@ -49,6 +49,7 @@ CASES = {
     "galore_adafactor": ("galore_torch", {"optim_target_modules": "all-linear", "optim_args": "rank=4"}),
     "apollo_adamw": ("apollo_torch", {"optim_target_modules": ["proj"], "optim_args": "rank=4"}),
     "adamw_torch_8bit": ("torchao", {}),
+    "stable_adamw": ("optimi", {"weight_decay": 0.01}),
 }
 
 
