@@ -438,7 +438,7 @@ class EvaluationMixin:
         model = self._model_for_eval()
         model.eval()
         # a schedule-free optimizer evaluates its averaged weights (optimizer.eval(), as upstream), then goes back
-        optimizer_in_train_mode = _schedule_free_mode(self.optimizer)
+        optimizer_in_train_mode = _schedule_free_mode(getattr(self, "optimizer", None))
         if optimizer_in_train_mode:
             self.optimizer.eval()
         self.callback_handler.eval_dataloader = dataloader
@@ -511,8 +511,8 @@ class EvaluationMixin:
             outputs = (loss, *keep_rows((logits, label, batch_inputs), batch_size, real))
             if distributed:
                 count = torch.tensor([real if real is not None else 1], device=_device_of(outputs))
-                parts = [part[1:] for part in gather_parts((count, *outputs), args.eval_use_gather_object)
-                         if int(part[0][0]) > 0]
+                gather_objects = getattr(args, "eval_use_gather_object", False)
+                parts = [part[1:] for part in gather_parts((count, *outputs), gather_objects) if int(part[0][0]) > 0]
             else:
                 parts = [outputs]
             for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):
