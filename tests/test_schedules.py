@@ -239,6 +239,7 @@ def test_state_dict_round_trip_resumes_identically(index, tmp_path):
 def test_get_scheduler_dispatches_every_type():
     kwargs = {
         SchedulerType.COSINE_WITH_MIN_LR: {"min_lr_rate": 0.1},
+        SchedulerType.COSINE_WARMUP_WITH_MIN_LR: {"min_lr_rate": 0.1},
         SchedulerType.WARMUP_STABLE_DECAY: {"num_decay_steps": 6},
     }
     for schedule_type in SchedulerType:

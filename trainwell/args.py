@@ -636,22 +636,61 @@ class TrainingArguments:
         self._check_unimplemented()
 
     def _check_unimplemented(self) -> None:
-        """Upstream switches trainwell does not implement: an error when the training would differ, else a warning."""
-        refused = {"neftune_noise_alpha": self.neftune_noise_alpha is not None,
-                   "use_liger_kernel": self.use_liger_kernel,
-                   "optim_target_modules": self.optim_target_modules is not None}
-        for name in [n for n, is_set in refused.items() if is_set]:
-            raise NotImplementedError(f"{name}={getattr(self, name)!r} is not supported by trainwell (the training "
-                                      f"would differ from upstream's); leave {name} unset.")
-        ignored = [name for name, is_set in (
-            ("jit_mode_eval", self.jit_mode_eval), ("use_ipex", self.use_ipex),
-            ("torch_empty_cache_steps", self.torch_empty_cache_steps is not None),
-            ("eval_use_gather_object", self.eval_use_gather_object),
-            ("average_tokens_across_devices", self.average_tokens_across_devices),
-            ("tpu_num_cores", self.tpu_num_cores is not None), ("mp_parameters", bool(self.mp_parameters))) if is_set]
-        if ignored:
-            logger.warning("TrainingArguments: %s: accepted for compatibility, no effect in trainwell.",
-                           ", ".join(ignored))
+        """Upstream switches trainwell cannot honour here: a clear error saying why and what to use instead.
+
+        Each name of ``REFUSED_FIELDS`` is checked here and only here (tests/test_no_stub_fields.py holds the list
+        to that: every other field is read by the library or is one of ``USER_SCRIPT_FIELDS``).
+        """
+        import importlib.util
+
+        def missing(module: str) -> bool:
+            return importlib.util.find_spec(module) is None
+
+        checks = (
+            ("use_ipex", self.use_ipex, "trainwell does not call intel_extension_for_pytorch (deprecated upstream; "
+             "its CPU optimisations are in PyTorch itself): use bf16=True or torch_compile=True instead"),
+            ("jit_mode_eval", self.jit_mode_eval, "torch.jit tracing for inference is deprecated in PyTorch and "
+             "not done by trainwell: use torch_compile=True instead"),
+            ("use_liger_kernel", self.use_liger_kernel and missing("liger_kernel"),
+             "it needs the `liger-kernel` package (Triton kernels for CUDA): pip install liger-kernel, or leave it "
+             "False"),
+            ("tpu_num_cores", self.tpu_num_cores is not None and missing("torch_xla"),
+             "TPUs need torch_xla, which is not installed: leave tpu_num_cores unset"),
+            ("debug", DebugOption.TPU_METRICS_DEBUG in self.debug and missing("torch_xla"),
+             "'tpu_metrics_debug' prints torch_xla metrics and torch_xla is not installed: drop it from debug"),
+            ("mp_parameters", bool(self.mp_parameters), "SageMaker model parallelism is not supported by "
+             "trainwell: leave mp_parameters empty (use fsdp or deepspeed to shard a model)"),
+        )
+        for name, refused, why in checks:
+            if refused:
+                raise NotImplementedError(f"{name}={getattr(self, name)!r} is not supported: {why}.")
+        if self.optim_target_modules is not None and not str(getattr(self.optim, "value", self.optim)).startswith(
+                ("galore", "apollo")):
+            raise ValueError(f"optim_target_modules is only used by the GaLore and APOLLO optimizers; optim="
+                             f"{getattr(self.optim, 'value', self.optim)!r} ignores it: set optim='galore_adamw' "
+                             "(or another galore_*/apollo_* name) or leave optim_target_modules unset.")
+        self._check_accelerator_config()
+
+    def _check_accelerator_config(self) -> None:
+        """The accelerate data-loading options: values that match trainwell's loaders, else an error."""
+        config = dict(self.accelerator_config or {})
+        fixed = {"split_batches": False, "dispatch_batches": None, "even_batches": True,
+                 "use_seedable_sampler": True, "non_blocking": False,
+                 "gradient_accumulation_kwargs": None, "use_configured_state": False}
+        for key, value in config.items():
+            if key in ("gradient_accumulation_kwargs", "non_blocking"):
+                # trainwell accumulates over gradient_accumulation_steps itself, and always copies batches with
+                # non_blocking=True (on the compute stream, so it is safe either way)
+                continue
+            if key not in fixed:
+                raise ValueError(f"accelerator_config has an unknown key {key!r}; known keys are {sorted(fixed)}.")
+            if key == "dispatch_batches" and value is False:
+                continue  # False and None both mean: every rank reads its own shard, as trainwell does
+            if value != fixed[key]:
+                raise NotImplementedError(
+                    f"accelerator_config {key}={value!r} is not supported by trainwell's data loaders, which "
+                    f"always behave as {key}={fixed[key]!r} (each rank reads its own shard of per-device batches "
+                    f"from a seeded, resumable sampler); drop {key} from accelerator_config.")
 
     # ------------------------------------------------------------------ runtime (lazy)
     def _runtime(self) -> tuple[Any, torch.device, int]:

@@ -41,6 +41,12 @@ SUPPORTED_OPTIMIZERS = (
     "rmsprop",
     "adamw_apex_fused",
     "adamw_bnb_8bit",
+    # backed by optional packages (trainwell.optim_extras): an ImportError names the package when it is missing
+    "adamw_8bit", "lion_8bit", "lion_32bit", "paged_adamw_32bit", "paged_adamw_8bit", "paged_lion_32bit",
+    "paged_lion_8bit", "rmsprop_bnb", "rmsprop_bnb_8bit", "rmsprop_bnb_32bit", "ademamix", "ademamix_8bit",
+    "paged_ademamix_32bit", "paged_ademamix_8bit", "schedule_free_radam", "schedule_free_adamw",
+    "schedule_free_sgd", "grokadamw", "galore_adamw", "galore_adamw_8bit", "galore_adafactor", "apollo_adamw",
+    "adamw_torch_4bit", "adamw_torch_8bit", "stable_adamw",
 )
 
 # Parameter names that upstream also treats as "no decay", whatever module holds them.
@@ -270,16 +276,20 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     that the fused AdamW kernels support its parameters. Raises ``ValueError`` for an unknown name or an
     ``optim_args`` key the optimizer does not take, ``ImportError`` when apex / bitsandbytes is missing.
     """
+    from .optim_extras import EXTRA_FACTORIES
+
     name = _optim_name(args)
-    factory = _FACTORIES.get(name)
+    factory = _FACTORIES.get(name) or EXTRA_FACTORIES.get(name)
     if factory is None:
         raise ValueError(
             f"unknown optim={name!r}; trainwell supports {list(SUPPORTED_OPTIMIZERS)}. "
             "Set `optim` in TrainingArguments to one of them."
         )
     optimizer_cls, kwargs = factory(args, model)
-    kwargs = {"lr": args.learning_rate, **kwargs, **parse_optim_args(getattr(args, "optim_args", None))}
-    _check_kwargs(optimizer_cls, kwargs, name)
+    consumed = kwargs.pop("_consumed_optim_args", ())  # optim_args a factory already put in its param groups
+    extra = {k: v for k, v in parse_optim_args(getattr(args, "optim_args", None)).items() if k not in consumed}
+    kwargs = {"lr": args.learning_rate, **kwargs, **extra}
+    _check_kwargs(optimizer_cls, {k: v for k, v in kwargs.items() if k != "params"}, name)
     return optimizer_cls, kwargs
 
 
@@ -290,7 +300,8 @@ def create_optimizer(model: nn.Module, args: Any) -> Optimizer:
     for these parameters falls back to the non-fused one with a warning.
     """
     optimizer_cls, kwargs = get_optimizer_cls_and_kwargs(args, model)
-    groups = build_param_groups(model, args.weight_decay)
+    # the low-rank optimizers (GaLore, APOLLO) bring their own groups, as upstream
+    groups = kwargs.pop("params") if "params" in kwargs else build_param_groups(model, args.weight_decay)
     if not groups:
         raise ValueError(
             f"the model {type(model).__name__} has no parameter with requires_grad=True, so there is nothing to "

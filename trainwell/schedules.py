@@ -41,6 +41,7 @@ __all__ = [
     "get_inverse_sqrt_schedule",
     "get_reduce_on_plateau_schedule",
     "get_cosine_with_min_lr_schedule_with_warmup",
+    "get_cosine_with_min_lr_schedule_with_warmup_lr_rate",
     "get_wsd_schedule",
     "get_scheduler",
     "TYPE_TO_SCHEDULER_FUNCTION",
@@ -330,6 +331,49 @@ def get_cosine_with_min_lr_schedule_with_warmup(
     return _lambda_lr(optimizer, lr_lambda, last_epoch)
 
 
+def _cosine_warmup_min_lr_lambda(current_step: int, *, num_warmup_steps: int, num_training_steps: int,
+                                 num_cycles: float, min_lr_rate: float, warmup_lr_rate: float | None) -> float:
+    step, warmup, total = float(current_step), float(num_warmup_steps), float(num_training_steps)
+    if step < warmup:
+        if warmup_lr_rate is None:  # the warm-up starts at 1/warmup of lr and reaches lr at its last step
+            return (step + 1.0) / max(1.0, warmup)
+        rate = float(warmup_lr_rate)
+        return rate + (1.0 - rate) * step / max(1.0, warmup - 1.0)
+    progress = (step - warmup + 1.0) / max(1.0, total - warmup)
+    factor = 0.5 * (1.0 + math.cos(math.pi * num_cycles * 2.0 * progress))
+    return max(0.0, factor * (1 - min_lr_rate) + min_lr_rate)
+
+
+def get_cosine_with_min_lr_schedule_with_warmup_lr_rate(
+    optimizer: Optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    num_cycles: float = 0.5,
+    last_epoch: int = -1,
+    min_lr: float | None = None,
+    min_lr_rate: float | None = None,
+    warmup_lr_rate: float | None = None,
+) -> LambdaLR:
+    """``cosine_warmup_with_min_lr``: like ``cosine_with_min_lr``, but the warm-up never starts at 0 (it starts at
+    ``warmup_lr_rate * lr``, by default ``lr / num_warmup_steps``) and the cosine is one step ahead, as upstream.
+    """
+    if min_lr is not None and min_lr_rate is not None:
+        raise ValueError(
+            "only one of `min_lr` or `min_lr_rate` should be set in `lr_scheduler_kwargs`; remove the other."
+        )
+    if min_lr is not None:
+        min_lr_rate = min_lr / _initial_lr(optimizer)
+    elif min_lr_rate is None:
+        raise ValueError(
+            "cosine_warmup_with_min_lr needs one of `min_lr` or `min_lr_rate`; set it through "
+            '`lr_scheduler_kwargs`, e.g. {"min_lr": 1e-6}.'
+        )
+    lr_lambda = partial(_cosine_warmup_min_lr_lambda, num_warmup_steps=num_warmup_steps,
+                        num_training_steps=num_training_steps, num_cycles=num_cycles, min_lr_rate=min_lr_rate,
+                        warmup_lr_rate=warmup_lr_rate)
+    return _lambda_lr(optimizer, lr_lambda, last_epoch)
+
+
 def get_wsd_schedule(
     optimizer: Optimizer,
     num_warmup_steps: int,
@@ -385,6 +429,7 @@ TYPE_TO_SCHEDULER_FUNCTION: dict[SchedulerType, Callable[..., Any]] = {
     SchedulerType.INVERSE_SQRT: get_inverse_sqrt_schedule,
     SchedulerType.REDUCE_ON_PLATEAU: get_reduce_on_plateau_schedule,
     SchedulerType.COSINE_WITH_MIN_LR: get_cosine_with_min_lr_schedule_with_warmup,
+    SchedulerType.COSINE_WARMUP_WITH_MIN_LR: get_cosine_with_min_lr_schedule_with_warmup_lr_rate,
     SchedulerType.WARMUP_STABLE_DECAY: get_wsd_schedule,
 }
 

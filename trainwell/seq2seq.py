@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from .data.samplers import LengthGroupedSampler, infer_lengths
 from .model_utils import unwrap_model
 from .trainer import Trainer
 from .trainer_utils import PredictionOutput
@@ -33,8 +38,54 @@ class Seq2SeqTrainer(Trainer):
 
     _gen_kwargs: dict[str, Any] = {}
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # as upstream: args.generation_config replaces the model's generation_config (used by generate)
+        if getattr(self.args, "generation_config", None) is not None and self.model is not None:
+            unwrap_model(self.model).generation_config = self.load_generation_config(self.args.generation_config)
+
+    @staticmethod
+    def load_generation_config(gen_config_arg: Any) -> Any:
+        """A ``GenerationConfig`` from ``Seq2SeqTrainingArguments.generation_config``: a GenerationConfig (copied),
+        a dict, a ``generation_config.json`` file or a folder holding one. Without transformers installed, a dict."""
+        if not isinstance(gen_config_arg, (str, os.PathLike, dict)):
+            return copy.deepcopy(gen_config_arg)  # a GenerationConfig (or a compatible object)
+        if isinstance(gen_config_arg, dict):
+            values = dict(gen_config_arg)
+        else:
+            path = Path(gen_config_arg)
+            file = path / "generation_config.json" if path.is_dir() else path
+            if not file.is_file():
+                raise FileNotFoundError(
+                    f"generation_config={os.fspath(gen_config_arg)!r}: no such file, and no generation_config.json in "
+                    "such a folder (trainwell loads local files only; download the model's folder first).")
+            values = json.loads(file.read_text())
+        try:
+            from transformers import GenerationConfig
+        except ImportError:
+            return values
+        config = GenerationConfig(**values)
+        try:
+            config.validate(strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{exc}\n\nFix these issues in generation_config to train your model.") from exc
+        return config
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        """``sortish_sampler``: batches of roughly sorted lengths (the length-grouped sampler), else the Trainer's."""
+        if not getattr(self.args, "sortish_sampler", False) or self.args.group_by_length:
+            return super()._get_train_sampler(dataset)
+        dataset = self.train_dataset if dataset is None else dataset
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
+        return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
+                                    seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
+
     def _generation_defaults(self, gen_kwargs: dict[str, Any]) -> dict[str, Any]:
         gen_kwargs = dict(gen_kwargs)
+        config = getattr(unwrap_model(self.model), "generation_config", None) if self.model is not None else None
+        if isinstance(config, dict):  # generation_config loaded without transformers: the defaults of generate
+            gen_kwargs = {**config, **{k: v for k, v in gen_kwargs.items() if v is not None}}
         if gen_kwargs.get("max_length") is None and gen_kwargs.get("max_new_tokens") is None:
             max_length = getattr(self.args, "generation_max_length", None)
             if max_length is not None:

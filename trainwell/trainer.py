@@ -30,6 +30,7 @@ from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
 from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 from .events import CallbackHandler
+from .loops import train_hooks
 from .loops.eval_loop import EvaluationMixin
 from .loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from .logging_utils import setup_process_logging
@@ -523,6 +524,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
             self.is_in_train = False
+            train_hooks.detach(self)
             self._release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
 
@@ -546,6 +548,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
             enable_gradient_checkpointing(unwrap_model(self.model), self.args.gradient_checkpointing_kwargs)
         self.backend.prepare_model(self.model, training=True)
         self.model = self.backend.model
+        train_hooks.attach(self)  # neftune noise, underflow/overflow detector: none unless asked for
         self.create_optimizer_and_scheduler(num_training_steps=max_steps)
         self.backend.num_training_steps = max_steps  # read by backends that build their own schedule (DeepSpeed)
         self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
@@ -658,7 +661,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
                            else plan.num_examples * self.args.num_train_epochs)
         else:
             num_samples = plan.max_steps * plan.total_train_batch_size
-        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps)
+        tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
+        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps,
+                                          num_tokens=tokens)
         self.store_flos()
         metrics["total_flos"] = self.state.total_flos
         metrics["train_loss"] = train_loss

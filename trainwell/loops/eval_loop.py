@@ -327,6 +327,12 @@ def _split_logits(outputs: Any, ignore_keys: list[str], *, has_loss: bool) -> An
 # --------------------------------------------------------------------------------------------------------------
 
 
+def _schedule_free_mode(optimizer: Any) -> bool:
+    """True for a schedule-free optimizer in train mode (one with ``train()``/``eval()`` and a ``train_mode``)."""
+    groups = getattr(optimizer, "param_groups", None)
+    return bool(groups) and callable(getattr(optimizer, "eval", None)) and groups[0].get("train_mode", False)
+
+
 class EvaluationMixin:
     """``evaluate``, ``predict``, ``evaluation_loop``, ``prediction_step`` and the eval/test dataloaders.
 
@@ -432,6 +438,10 @@ class EvaluationMixin:
             prediction_loss_only = args.prediction_loss_only
         model = self._model_for_eval()
         model.eval()
+        # a schedule-free optimizer evaluates its averaged weights (optimizer.eval(), as upstream), then goes back
+        optimizer_in_train_mode = _schedule_free_mode(getattr(self, "optimizer", None))
+        if optimizer_in_train_mode:
+            self.optimizer.eval()
         self.callback_handler.eval_dataloader = dataloader
         if args.past_index >= 0:
             self._past = None
@@ -441,6 +451,8 @@ class EvaluationMixin:
         finally:
             if args.past_index >= 0:
                 self._past = None  # not carried into training (upstream deletes it; None keeps the attribute)
+            if optimizer_in_train_mode:
+                self.optimizer.train()
         num_samples = self._num_eval_samples(dataloader, observed)
         losses, preds, labels, inputs = (acc.result(num_samples) for acc in accumulators)
         metrics = self._eval_metrics(preds, labels, losses, inputs, batch_metrics)
@@ -502,7 +514,8 @@ class EvaluationMixin:
             outputs = (loss, *keep_rows((logits, label, batch_inputs), batch_size, real))
             if distributed:
                 count = torch.tensor([real if real is not None else 1], device=_device_of(outputs))
-                parts = [part[1:] for part in gather_parts((count, *outputs)) if int(part[0][0]) > 0]
+                gather_objects = getattr(args, "eval_use_gather_object", False)
+                parts = [part[1:] for part in gather_parts((count, *outputs), gather_objects) if int(part[0][0]) > 0]
             else:
                 parts = [outputs]
             for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):

@@ -71,12 +71,13 @@ def _gather_leaves(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
     return parts
 
 
-def gather_parts(nested: Any) -> list[Any]:
+def gather_parts(nested: Any, gather_objects: bool = False) -> list[Any]:
     """Every rank's nested structure of tensors, in rank order (``[nested]`` outside a process group).
 
     Each rank's tensors come back with their own shapes (no padding, no concatenation), so the caller can treat
     them exactly as the batches one process would have seen. Every rank must call this with the same structure.
-    Leaves that are not tensors are kept as this rank's.
+    Leaves that are not tensors are kept as this rank's, or, with ``gather_objects`` (``eval_use_gather_object``),
+    gathered too by pickling (``all_gather_object``: one more collective, only when there are such leaves).
     """
     import torch.distributed as dist
 
@@ -92,6 +93,12 @@ def gather_parts(nested: Any) -> list[Any]:
     if positions:
         for i, parts in zip(positions, _gather_leaves([leaves[i] for i in positions])):
             gathered[i] = parts
+    objects = [i for i, leaf in enumerate(leaves) if leaf is not None and not isinstance(leaf, torch.Tensor)]
+    if gather_objects and objects:
+        every_rank: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(every_rank, [leaves[i] for i in objects])
+        for j, i in enumerate(objects):
+            gathered[i] = [rank_objects[j] for rank_objects in every_rank]
     return [_unflatten(spec, [parts[rank] if parts is not None else leaf for leaf, parts in zip(leaves, gathered)])
             for rank in range(dist.get_world_size())]
 

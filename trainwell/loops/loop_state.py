@@ -79,6 +79,7 @@ class LoopState:
     window_base: float = 0.0  # the settled value of tr_loss the kept window_losses add to
     window_filtered: bool = False  # a nan/inf micro-batch loss was replaced since the last log
     accumulation_steps: int = 1
+    tokens_trained: int = 0  # input tokens this process trained on in this call (include_tokens_per_second)
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,

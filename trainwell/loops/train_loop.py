@@ -139,7 +139,10 @@ def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any
     last = len(group) - 1
     for i, inputs in enumerate(group):
         if count_tokens:
-            state.num_input_tokens_seen += trainer._count_input_tokens(inputs)
+            tokens = trainer._count_input_tokens(inputs)
+            loop.tokens_trained += tokens
+            if args.include_num_input_tokens_seen:
+                state.num_input_tokens_seen += tokens
         trainer.current_gradient_accumulation_steps = divisors[i]
         with backend.no_sync(i == last):
             step_loss = call_override(trainer, "training_step", model, inputs, num_items)  # old signatures too
@@ -181,6 +184,8 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     plan = plan_training(args, dataloader, args.world_size, batch_size)
     trainer._init_state(plan)
     model = trainer._prepare_for_training(plan.max_steps)
+    if callable(getattr(trainer.optimizer, "train", None)):  # schedule-free optimizers: train mode, as upstream
+        trainer.optimizer.train()
     position = trainer._resume(resume_from) if resume_from is not None else DataPosition()
     loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
                            accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
@@ -190,7 +195,8 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     cb.train_dataloader = dataloader
     tr_loss = loop.tr_loss
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
-    count_items, count_tokens = trainer._needs_num_items_in_batch(), args.include_num_input_tokens_seen
+    count_items = trainer._needs_num_items_in_batch()
+    count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)

@@ -1,0 +1,95 @@
+"""``eval_use_gather_object``: under 2 ranks (torchrun, gloo) the non-tensor outputs of each rank are gathered too.
+
+The file is both the test and the job (``python test_gather_object.py OUT`` under torchrun); rank 0 writes what it got.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+pytestmark = pytest.mark.distributed
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+TIMEOUT_S = 300
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(3, 1)
+
+    def forward(self, x, labels=None):
+        pred = self.lin(x).squeeze(-1)
+        return {"loss": nn.functional.mse_loss(pred, labels), "logits": pred}
+
+
+def job(out: Path) -> None:
+    from trainwell import Trainer, TrainingArguments
+    from trainwell.loops.gather import gather_parts
+
+    rank = int(os.environ["RANK"])
+    data = [{"x": torch.full((3,), float(i)), "labels": torch.tensor(float(i))} for i in range(10)]
+    results: dict[str, Any] = {}
+    for flag in (False, True):
+        args = TrainingArguments(str(out / str(flag)), eval_use_gather_object=flag, per_device_eval_batch_size=2,
+                                 report_to="none", use_cpu=True, disable_tqdm=True)
+        trainer = Trainer(model=Net(), args=args, eval_dataset=data)
+        results[f"eval_loss_{flag}"] = trainer.evaluate()["eval_loss"]
+        parts = gather_parts((torch.tensor([rank]), f"rank-{rank}", {"tag": [rank, "x"]}),
+                             gather_objects=args.eval_use_gather_object)
+        results[f"parts_{flag}"] = [[int(p[0]), p[1], p[2]] for p in parts]
+    if rank == 0:
+        (out / "results.json").write_text(json.dumps(results))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("gather_object")
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+              "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(Path(__file__).resolve()), str(out)]
+    try:
+        proc = subprocess.run(launch, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"the 2-rank job did not finish in {TIMEOUT_S}s:\n{(err.output or '')[-4000:]}")
+    if proc.returncode != 0:
+        pytest.fail(f"the 2-rank job failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
+    return json.loads((out / "results.json").read_text())
+
+
+def test_objects_are_gathered_only_when_asked(results) -> None:
+    assert results["parts_True"] == [[0, "rank-0", {"tag": [0, "x"]}], [1, "rank-1", {"tag": [1, "x"]}]]
+    # off (the default): tensors are gathered, other leaves stay this rank's (rank 0 wrote these)
+    assert results["parts_False"] == [[0, "rank-0", {"tag": [0, "x"]}], [1, "rank-0", {"tag": [0, "x"]}]]
+
+
+def test_tensor_results_do_not_change(results) -> None:
+    assert results["eval_loss_True"] == results["eval_loss_False"]
+
+
+if __name__ == "__main__":
+    job(Path(sys.argv[1]))

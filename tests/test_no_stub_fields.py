@@ -1,0 +1,68 @@
+"""No argument is a silent stub: every TrainingArguments / Seq2SeqTrainingArguments field is read by trainwell, or
+refused with an error, or on a short documented list (trainwell/field_usage.py, README "Arguments only scripts read")."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from trainwell import Seq2SeqTrainingArguments, TrainingArguments
+from trainwell.args import _RENAMED
+from trainwell.field_usage import INERT_FIELDS, REFUSED_FIELDS, USER_SCRIPT_FIELDS
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trainwell"
+FIELDS = sorted({f.name for cls in (TrainingArguments, Seq2SeqTrainingArguments) for f in dataclasses.fields(cls)})
+
+
+def _source_without_definitions_and_refusals() -> str:
+    """The package source minus the field definitions and the refusal function (a refusal is not a use)."""
+    texts = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if path.name in ("args.py", "seq2seq_args.py"):
+            text = re.sub(r"^    \w+: [^\n=]+= _f\(.*$", "", text, flags=re.M)  # `name: type = _f(default, help)`
+            text = re.sub(r"    def _check_unimplemented\(self\).*?(?=\n    def )", "", text, flags=re.S)
+        if path.name != "field_usage.py":
+            texts.append(text)
+    return "\n".join(texts)
+
+
+SOURCE = _source_without_definitions_and_refusals()
+# deprecated fields that __post_init__ moves into accelerator_config (which is then checked, see test_accelerator_config)
+MOVED_INTO_ACCELERATOR_CONFIG = {"dispatch_batches", "split_batches"}
+
+
+def _is_read(name: str) -> bool:
+    return bool(re.search(rf"\.{name}\b", SOURCE) or re.search(rf"getattr\(\w+(\.\w+)*, \"{name}\"", SOURCE))
+
+
+def test_every_field_is_read_refused_or_documented() -> None:
+    stubs = [name for name in FIELDS
+             if not (_is_read(name) or name in _RENAMED or name in USER_SCRIPT_FIELDS or name in INERT_FIELDS
+                     or name in REFUSED_FIELDS or name in MOVED_INTO_ACCELERATOR_CONFIG)]
+    assert stubs == [], f"fields neither read by trainwell, refused, nor documented: {stubs}"
+
+
+def test_lists_name_real_fields_and_stay_short() -> None:
+    for listing in (USER_SCRIPT_FIELDS, INERT_FIELDS, REFUSED_FIELDS):
+        assert set(listing) <= set(FIELDS)
+    assert len(USER_SCRIPT_FIELDS) + len(INERT_FIELDS) <= 12
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_FIELDS))
+def test_refused_fields_raise_with_the_reason(tmp_path, name: str) -> None:
+    if name in ("tpu_num_cores", "tpu_metrics_debug") and importlib.util.find_spec("torch_xla") is not None:
+        pytest.skip("torch_xla is installed: the TPU fields are accepted")
+    with pytest.raises(NotImplementedError, match="is not supported: "):
+        TrainingArguments(str(tmp_path), **REFUSED_FIELDS[name])
+
+
+def test_no_field_is_accepted_with_a_no_effect_warning(tmp_path, caplog) -> None:
+    """The old behaviour ("accepted for compatibility, no effect") is gone for good."""
+    TrainingArguments(str(tmp_path), torch_empty_cache_steps=2, eval_use_gather_object=True,
+                      average_tokens_across_devices=True, include_tokens_per_second=True)
+    assert "no effect" not in caplog.text

@@ -1,0 +1,101 @@
+"""What lives for one ``train()`` call only: the underflow/overflow detector, NEFTune embedding noise, Liger kernels
+and the ``torch_empty_cache_steps`` callback.
+
+``attach(trainer)`` registers what the arguments ask for (nothing at all when they ask for nothing, so the default
+run pays no hook) and ``detach(trainer)`` takes it all off again when training ends, after an error too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..args import DebugOption
+from ..callbacks.base import TrainerCallback
+from ..model_utils import unwrap_model
+
+
+def clear_device_cache(device: torch.device) -> None:
+    """Give the cached blocks of ``device``'s allocator back (CUDA, MPS, XPU; nothing to do on the CPU)."""
+    backend = getattr(torch, device.type, None)
+    if device.type != "cpu" and backend is not None and hasattr(backend, "empty_cache"):
+        backend.empty_cache()
+
+
+class EmptyCacheCallback(TrainerCallback):
+    """``torch_empty_cache_steps``: empty the device cache after every ``every`` optimizer steps."""
+
+    def __init__(self, every: int, device: torch.device) -> None:
+        self.every, self.device, self.calls = every, device, 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.global_step % self.every == 0:
+            clear_device_cache(self.device)
+            self.calls += 1
+
+
+def neftune_post_forward_hook(module: nn.Module, inputs: Any, output: torch.Tensor) -> torch.Tensor:
+    """NEFTune: uniform noise of magnitude ``alpha / sqrt(seq_len * hidden)`` on the embeddings, in training only."""
+    if module.training:
+        # float32 arithmetic, as upstream's hook, so the same generator state gives the same noise bit for bit
+        mag_norm = module.neftune_noise_alpha / torch.sqrt(torch.tensor(output.size(1) * output.size(2)))
+        output = output + torch.zeros_like(output).uniform_(-mag_norm, mag_norm)
+    return output
+
+
+def _input_embeddings(model: nn.Module) -> nn.Module:
+    inner = unwrap_model(model)
+    base = getattr(getattr(inner, "base_model", None), "model", None)  # a PEFT model wraps the transformer
+    owner = base if base is not None and hasattr(base, "get_input_embeddings") else inner
+    get = getattr(owner, "get_input_embeddings", None)
+    embeddings = get() if callable(get) else None
+    if not isinstance(embeddings, nn.Module):
+        raise ValueError(
+            f"neftune_noise_alpha needs a model whose get_input_embeddings() returns its embedding module; "
+            f"{type(inner).__name__} has none. Add a get_input_embeddings() method or leave neftune_noise_alpha unset."
+        )
+    return embeddings
+
+
+def attach(trainer: Any) -> None:
+    """Register the hooks ``trainer.args`` asks for on ``trainer.model`` (replacing those of an earlier attempt)."""
+    detach(trainer)
+    args, handles = trainer.args, []
+    if args.neftune_noise_alpha is not None:
+        embeddings = _input_embeddings(trainer.model)
+        embeddings.neftune_noise_alpha = args.neftune_noise_alpha
+        handles.append(embeddings.register_forward_hook(neftune_post_forward_hook))
+        trainer._neftune_embeddings = embeddings
+    if DebugOption.UNDERFLOW_OVERFLOW in args.debug:
+        if args.n_gpu > 1:
+            raise ValueError("debug='underflow_overflow' is not supported with several GPUs in one process "
+                             "(DataParallel); launch one process per GPU with torchrun.")
+        from ..debug_utils import DebugUnderflowOverflow
+
+        trainer._debug_overflow = DebugUnderflowOverflow(unwrap_model(trainer.model))
+    if args.use_liger_kernel:  # args refused it when the package is missing
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=unwrap_model(trainer.model), **(args.liger_kernel_config or {}))
+    if args.torch_empty_cache_steps is not None:
+        callback = EmptyCacheCallback(args.torch_empty_cache_steps, args.device)
+        trainer.callback_handler.add_callback(callback)
+        trainer._empty_cache_callback = callback
+    trainer._train_hook_handles = handles
+
+
+def detach(trainer: Any) -> None:
+    """Remove the hooks :func:`attach` registered (a no-op when there are none)."""
+    for handle in trainer.__dict__.pop("_train_hook_handles", ()):
+        handle.remove()
+    embeddings = trainer.__dict__.pop("_neftune_embeddings", None)
+    if embeddings is not None and hasattr(embeddings, "neftune_noise_alpha"):
+        del embeddings.neftune_noise_alpha
+    callback = trainer.__dict__.pop("_empty_cache_callback", None)
+    if callback is not None:
+        trainer.callback_handler.remove_callback(callback)
+    detector = trainer.__dict__.pop("_debug_overflow", None)
+    if detector is not None:
+        detector.remove()
