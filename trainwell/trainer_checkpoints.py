@@ -187,8 +187,8 @@ class TrainerCheckpointing:
             self.state.best_model_checkpoint = str(folder)
         self.store_flos()
         self.state.stateful_callbacks = self._export_callback_states()
-        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss))
-        self.backend.save(folder)
+        # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
+        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss), engine_save=self.backend.save)
         self._last_checkpoint = folder
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
         return folder

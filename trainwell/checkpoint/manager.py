@@ -35,6 +35,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
+    from .commit import Ranks
+
 logger = logging.getLogger(__name__)
 
 
@@ -70,9 +72,16 @@ class CheckpointContents:
 
 
 def _torch_save(obj: Any, path: Path) -> None:
-    import torch
+    """``torch.save``, hashed and fsynced as it writes (the checksum goes into the marker)."""
+    from .digest import torch_save
 
-    torch.save(obj, path)
+    torch_save(obj, path)
+
+
+def _write_text(path: Path, text: str) -> None:
+    from .digest import write_bytes
+
+    write_bytes(path, text.encode("utf-8"))
 
 
 def _torch_read(path: Path, what: str) -> Any:
@@ -142,30 +151,36 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------------------ save
 
-    def save(self, step: int, contents: CheckpointContents) -> Path:
-        """Write checkpoint ``step`` and return its folder.
+    def save(self, step: int, contents: CheckpointContents, *,
+             engine_save: Callable[[Path], None] | None = None) -> Path:
+        """Write checkpoint ``step`` with the commit protocol of :mod:`trainwell.checkpoint.commit`; returns its folder.
 
-        A collective when ``world_size > 1``: every rank must call it (see the module docstring). Call
-        :meth:`rotate` afterwards to apply ``save_total_limit``.
+        A collective when ``world_size > 1``: every rank must call it. ``engine_save(tmp)`` (the backend's
+        ``save``) writes the engine's own files into the temporary folder before the marker. Call :meth:`rotate`
+        afterwards to apply ``save_total_limit``.
         """
-        from ..distributed import barrier
+        from .commit import commit_checkpoint
 
-        final = self.checkpoint_dir(step)
-        if self.should_save:
-            with layout.atomic_checkpoint_dir(final) as tmp:
+        def write_files(tmp: Path) -> None:
+            if self.should_save:
                 self._write_contents(tmp, contents)
-        if self.world_size > 1:
-            barrier()
-            if not self.should_save and not contents.save_only_model:
-                from .rng import save_rng_file
+            if not contents.save_only_model:
+                from .rng import capture_rng_state
 
-                final.mkdir(parents=True, exist_ok=True)
-                save_rng_file(final / self.rng_file)
-            barrier()
-        return final
+                _torch_save(capture_rng_state(), tmp / self.rng_file)
+
+        return commit_checkpoint(self.checkpoint_dir(step), step, self.ranks, should_save=self.should_save,
+                                 write_files=write_files, engine_save=engine_save)
+
+    @property
+    def ranks(self) -> "Ranks":
+        """The processes taking part in saves and resumes."""
+        from .commit import Ranks
+
+        return Ranks(self.rank, self.world_size)
 
     def _write_contents(self, folder: Path, c: CheckpointContents) -> None:
-        from .rng import capture_rng_state
+        """The files of the saving rank (everything but the per-rank RNG files and the engine's files)."""
         from .weights import save_model_weights
 
         save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
@@ -177,14 +192,13 @@ class CheckpointManager:
                 _torch_save(c.scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
             for name, obj in c.extra.items():
                 _torch_save(obj.state_dict(), folder / f"{name}.pt")
-            _torch_save(capture_rng_state(), folder / self.rng_file)
         if c.trainer_state is not None:
             c.trainer_state.save_to_json(str(folder / layout.TRAINER_STATE_NAME))
         if c.args is not None:
-            (folder / layout.TRAINING_ARGS_JSON_NAME).write_text(c.args.to_json_string(), encoding="utf-8")
+            _write_text(folder / layout.TRAINING_ARGS_JSON_NAME, c.args.to_json_string())
             _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
         if c.data_state is not None:
-            (folder / layout.DATA_STATE_NAME).write_text(json.dumps(c.data_state, indent=2), encoding="utf-8")
+            _write_text(folder / layout.DATA_STATE_NAME, json.dumps(c.data_state, indent=2))
         if c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
             c.processing_class.save_pretrained(str(folder))
 
