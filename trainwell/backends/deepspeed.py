@@ -255,13 +255,30 @@ class DeepSpeedBackend:
         if self.engine is None:
             return
         if not (Path(folder) / "latest").is_file():
-            logger.warning("%s has no DeepSpeed checkpoint ('latest' is missing; saved with save_only_model?): only "
-                           "the model weights are restored, the optimizer and scheduler start fresh", folder)
+            if not _saved_model_only(Path(folder)):
+                from ..checkpoint.layout import CheckpointError
+
+                raise CheckpointError(f"{folder} has no DeepSpeed checkpoint ('latest' is missing) although it was not "
+                                      "saved with save_only_model=True: its optimizer and scheduler state are lost; "
+                                      "resume from another checkpoint")
+            logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
+                           "are restored, the optimizer and scheduler start fresh", folder)
             return
         path, _ = self.engine.load_checkpoint(str(folder), load_optimizer_states=True, load_lr_scheduler_states=True)
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {folder}; check that it was written with "
                                "the same ZeRO stage and number of processes")
+
+
+def _saved_model_only(folder: Path) -> bool:
+    """Whether the checkpoint's own ``training_args.json`` says ``save_only_model=True``."""
+    import json
+
+    try:
+        saved = json.loads((folder / "training_args.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(saved, dict) and saved.get("save_only_model"))
 
 
 def _copy(config: dict[str, Any]) -> dict[str, Any]:

@@ -84,17 +84,19 @@ def _write_text(path: Path, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
 
 
-def _torch_read(path: Path, what: str) -> Any:
+def _torch_read(path: Path, what: str, trusted: bool = False) -> Any:
     import torch
 
     if not path.is_file():
         raise CheckpointError(f"{path}: {what} file is missing from the checkpoint")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=not trusted)
     except pickle.UnpicklingError as err:
-        raise CheckpointError(
+        from .safe_pickle import OPT_IN, UnsafeCheckpointError
+
+        raise UnsafeCheckpointError(
             f"{path}: the {what} state holds objects that safe loading refuses ({err}); make its state_dict() "
-            "return only tensors, numbers, strings, lists and dicts"
+            f"return only tensors, numbers, strings, lists and dicts, or, for a checkpoint you trust, pass {OPT_IN}"
         ) from err
     except (RuntimeError, EOFError, ValueError, OSError) as err:
         raise CheckpointError(f"{path}: cannot read {what} state ({err}); the file is truncated or corrupt") from err
@@ -128,11 +130,13 @@ class CheckpointManager:
     ``save_total_limit``: keep at most that many complete checkpoints (the newest and the best are never
     deleted). ``rank``/``world_size``: this process's place (selects its RNG file). ``should_save``: whether this
     process writes the checkpoint (rank 0; the local main process of each node with ``save_on_each_node``).
+    ``trust_pickles``: load pickled files without the allow-list check (``trust_checkpoint_pickles``).
     """
 
     def __init__(self, output_dir: str | os.PathLike, *, save_total_limit: int | None = None, rank: int = 0,
-                 world_size: int = 1, should_save: bool = True) -> None:
+                 world_size: int = 1, should_save: bool = True, trust_pickles: bool = False) -> None:
         self.output_dir = Path(output_dir)
+        self.trust_pickles = trust_pickles
         self.save_total_limit = save_total_limit
         self.rank = rank
         self.world_size = world_size
@@ -256,12 +260,19 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------------------ load
 
-    def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool) -> dict[str, Any]:
+    def verify(self, folder: str | os.PathLike) -> None:
+        """Check every file of ``folder`` against its marker (sizes, checksums) and the pickle allow-list."""
+        from .agreement import verify_share
+
+        verify_share(Path(folder), share=(0, 1), own=[], trust_pickles=self.trust_pickles)
+
+    def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool, verify: bool) -> dict[str, Any]:
         """Read and validate every file needed for ``c`` into memory; touches nothing."""
         from .rng import read_rng_file
         from .weights import find_weights_file, match_state_dict, read_weights
 
-        layout.verify_checkpoint(folder)
+        if verify:
+            self.verify(folder)
         state, origin = read_weights(folder)
         staged: dict[str, Any] = {"model": match_state_dict(c.model, state, origin, strict=True,
                                                             source=find_weights_file(folder))}
@@ -269,7 +280,7 @@ class CheckpointManager:
             staged.update(self._read_training_state(folder, c))
         rng_path = folder / self.rng_file
         if rng_path.is_file():
-            staged["rng"] = read_rng_file(rng_path)
+            staged["rng"] = read_rng_file(rng_path, trusted=self.trust_pickles)
         else:
             logger.warning("no RNG state %s in %s; the random streams are not restored", self.rng_file, folder)
         data_path = folder / layout.DATA_STATE_NAME
@@ -283,32 +294,34 @@ class CheckpointManager:
     def _read_training_state(self, folder: Path, c: CheckpointContents) -> dict[str, Any]:
         staged: dict[str, Any] = {}
         if c.optimizer is not None and (folder / layout.OPTIMIZER_NAME).is_file():
-            staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer")
+            staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer", self.trust_pickles)
             _check_optimizer_state(folder / layout.OPTIMIZER_NAME, staged["optimizer"], c.optimizer)
         elif c.optimizer is not None:
             logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():
-            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler")
+            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
         for name in c.extra:
             path = folder / f"{name}.pt"
             if path.is_file():
-                staged[f"extra:{name}"] = _torch_read(path, name)
+                staged[f"extra:{name}"] = _torch_read(path, name, self.trust_pickles)
             else:
                 logger.warning("%s has no %s; %r keeps its current state", folder, path.name, name)
         return staged
 
     def load(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
-             load_trainer_state: Callable[[str], Any] | None = None) -> dict[str, Any]:
+             load_trainer_state: Callable[[str], Any] | None = None, verify: bool = True) -> dict[str, Any]:
         """Restore ``contents`` from ``folder``: model weights (strict), optimizer, scheduler, extras, this rank's RNG.
 
         ``load_optimizer=False`` restores weights, data state and RNG only. Every file is validated before
-        anything is applied; a problem raises :class:`CheckpointError` naming the file. Returns
+        anything is applied (``verify=False`` skips the marker and pickle checks, when
+        :mod:`~trainwell.checkpoint.agreement` did them already); a problem raises :class:`CheckpointError` naming
+        the file. Returns
         ``{"data_state": dict | None, "trainer_state_path": str | None, "trainer_state": ... | None,
         "loaded": [names restored]}``; ``trainer_state`` is ``load_trainer_state(path)`` when given.
         """
         folder = Path(folder)
-        staged = self._read_all(folder, contents, load_optimizer)
+        staged = self._read_all(folder, contents, load_optimizer, verify)
         contents.model.load_state_dict(staged["model"], strict=True)
         loaded = ["model"]
         if "optimizer" in staged:
@@ -332,26 +345,28 @@ class CheckpointManager:
                 "trainer_state": trainer_state, "loaded": loaded}
 
     def load_latest_valid(self, contents: CheckpointContents, *, load_optimizer: bool = True,
-                          load_trainer_state: Callable[[str], Any] | None = None) -> tuple[Path, dict[str, Any]]:
-        """Load the newest complete checkpoint that passes validation, falling back to older ones.
+                          load_trainer_state: Callable[[str], Any] | None = None,
+                          engine_load: Callable[[Path], None] | None = None,
+                          context: Callable[[], Any] | None = None) -> tuple[Path, dict[str, Any]]:
+        """Load the newest complete checkpoint that every rank validates and loads, falling back to older ones.
 
-        Each damaged checkpoint is reported (``warnings.warn`` and ``logger.warning``). Raises ValueError when
-        ``output_dir`` has no complete checkpoint, CheckpointError when none of them loads.
+        A collective when ``world_size > 1`` (see :mod:`trainwell.checkpoint.agreement`): all ranks end on the
+        same checkpoint. ``engine_load(folder)`` (the backend's ``load``) runs after trainwell's files, inside the
+        same fallback; ``context()`` wraps the loading of trainwell's files. Each damaged checkpoint is reported
+        (``warnings.warn`` and ``logger.warning``). Raises ValueError when ``output_dir`` has no complete
+        checkpoint, CheckpointError when none of them loads, UnsafeCheckpointError for a refused pickle.
         """
-        found = layout.list_complete_checkpoints(self.output_dir)
-        if not found:
-            raise ValueError(f"no valid checkpoint found in {self.output_dir}")
-        failures: list[str] = []
-        candidates = list(reversed(found))
-        for i, folder in enumerate(candidates):
-            try:
-                result = self.load(folder, contents, load_optimizer=load_optimizer,
-                                   load_trainer_state=load_trainer_state)
-                return folder, result
-            except CheckpointError as err:
-                failures.append(f"{folder.name}: {err}")
-                if i + 1 < len(candidates):
-                    message = f"checkpoint {folder} is damaged ({err}); falling back to {candidates[i + 1]}"
-                    logger.warning(message)
-                    warnings.warn(message, stacklevel=2)
-        raise CheckpointError(f"no checkpoint in {self.output_dir} could be loaded:\n  " + "\n  ".join(failures))
+        from .agreement import candidates, load_agreed
+
+        return load_agreed(self, candidates(self), contents, fallback=True, load_optimizer=load_optimizer,
+                           load_trainer_state=load_trainer_state, engine_load=engine_load, context=context)
+
+    def load_agreed(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
+                    load_trainer_state: Callable[[str], Any] | None = None,
+                    engine_load: Callable[[Path], None] | None = None,
+                    context: Callable[[], Any] | None = None) -> dict[str, Any]:
+        """:meth:`load` of one given folder by every rank together: all succeed or all raise (no fallback)."""
+        from .agreement import load_agreed
+
+        return load_agreed(self, [Path(folder)], contents, fallback=False, load_optimizer=load_optimizer,
+                           load_trainer_state=load_trainer_state, engine_load=engine_load, context=context)[1]

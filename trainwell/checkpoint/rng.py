@@ -101,8 +101,8 @@ def save_rng_file(path: str | os.PathLike) -> Path:
     return write_atomic(path, lambda tmp: torch.save(state, tmp))
 
 
-def read_rng_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read an RNG state file (safe loading); raises CheckpointError when it is unreadable."""
+def read_rng_file(path: str | os.PathLike, *, trusted: bool = False) -> dict[str, Any]:
+    """Read an RNG state file (safe loading unless ``trusted``); raises CheckpointError when it is unreadable."""
     import pickle
 
     import torch
@@ -110,7 +110,7 @@ def read_rng_file(path: str | os.PathLike) -> dict[str, Any]:
     from .layout import CheckpointError
 
     try:
-        state = torch.load(Path(path), map_location="cpu", weights_only=True)
+        state = torch.load(Path(path), map_location="cpu", weights_only=not trusted)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
         raise CheckpointError(f"{path}: cannot read RNG state ({err}); the file is truncated or corrupt") from err
     if not isinstance(state, dict):
