@@ -29,6 +29,7 @@ _ALLOWED_EXACT = {
     "collections.OrderedDict", "collections.defaultdict", "collections.deque", "builtins.set", "builtins.frozenset",
     "builtins.slice", "builtins.complex", "builtins.bytearray", "builtins.range", "builtins.object",
     "copyreg._reconstructor", "_codecs.encode", "datetime.datetime", "datetime.timedelta",
+    "pathlib.Path", "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath",
     "numpy.dtype", "numpy.ndarray", "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
     "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar",
     "torch.Size", "torch.device", "torch.dtype", "torch._utils._rebuild_tensor", "torch._utils._rebuild_tensor_v2",
@@ -37,19 +38,15 @@ _ALLOWED_EXACT = {
     "torch._utils._rebuild_sparse_tensor", "torch._utils._rebuild_meta_tensor_no_storage",
     "torch._utils._rebuild_wrapper_subclass", "torch._tensor._rebuild_from_type_v2", "torch.nn.parameter.Parameter",
     "torch.storage.UntypedStorage", "torch.storage.TypedStorage", "torch.serialization._get_layout",
-    "torch.distributed.tensor._dtensor_spec.TensorMeta",
+    "torch.distributed.tensor._dtensor_spec.TensorMeta", "torch.distributed.checkpoint.filesystem._StorageInfo",
     # DeepSpeed's checkpoint contents (engine state, ZeRO optimizer state, config enums).
     "deepspeed.runtime.zero.config.ZeroStageEnum", "deepspeed.runtime.fp16.loss_scaler.LossScaler",
     "deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler", "deepspeed.utils.tensor_fragment.fragment_address",
-    "deepspeed.checkpoint.constants", "deepspeed.runtime.zero.offload_config.OffloadDeviceEnum",
+    "deepspeed.runtime.zero.offload_config.OffloadDeviceEnum",
     "deepspeed.runtime.config.DtypeEnum",
 }
-# Every name of these modules is a plain data class / enum (no code runs when it is rebuilt).
-_ALLOWED_MODULES = {
-    "torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.planner",
-    "torch.distributed.checkpoint.filesystem", "torch.distributed.checkpoint._extension",
-    "torch.distributed.checkpoint._traverse",
-}
+# The classes defined in these modules are plain dataclasses / enums (rebuilding one runs no code of note).
+_ALLOWED_CLASS_MODULES = {"torch.distributed.checkpoint.metadata"}
 _TORCH_STORAGES = {"DoubleStorage", "FloatStorage", "HalfStorage", "LongStorage", "IntStorage", "ShortStorage",
                    "CharStorage", "ByteStorage", "BoolStorage", "BFloat16Storage", "ComplexDoubleStorage",
                    "ComplexFloatStorage", "QUInt8Storage", "QInt8Storage", "QInt32Storage", "QUInt4x2Storage",
@@ -62,8 +59,15 @@ class UnsafeCheckpointError(CheckpointError):
 
 def is_allowed(module: str, name: str) -> bool:
     """Whether the global ``module.name`` may appear in a checkpoint pickle."""
-    if f"{module}.{name}" in _ALLOWED_EXACT or module in _ALLOWED_MODULES:
+    if "." in name:  # a dotted name reaches through attributes (``pkg.os.system``): never needed
+        return False
+    if f"{module}.{name}" in _ALLOWED_EXACT:
         return True
+    if module in _ALLOWED_CLASS_MODULES:
+        import importlib
+
+        value = getattr(importlib.import_module(module), name, None)
+        return isinstance(value, type) and value.__module__ == module
     if module == "torch":  # dtypes (torch.float32 ...), torch.Size, the typed storages
         import torch
 
