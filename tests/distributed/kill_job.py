@@ -57,12 +57,17 @@ def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:
 
 
 class KillAtStep(TrainerCallback):
-    """SIGKILL this rank at the end of the optimizer step named by ``KILL_JOB_AT_STEP``."""
+    """SIGKILL this rank at the end of the optimizer step named by ``KILL_JOB_AT_STEP``; prints the step this
+    rank starts (or resumes) training at as ``RANK<r> BEGIN_STEP <n>``."""
 
     def __init__(self) -> None:
         spec = os.environ.get("KILL_JOB_AT_STEP", "")
         step, _, rank = spec.partition(":")
         self.step = int(step) if spec and int(rank) == RANK else None
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+        print(f"RANK{RANK} BEGIN_STEP {state.global_step}", flush=True)
+        return control
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
         if state.global_step == self.step:
