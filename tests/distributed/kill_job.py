@@ -4,7 +4,7 @@ Usage: ``kill_job.py OUT_DIR BACKEND`` with BACKEND ``ddp``, ``fsdp`` or ``zero2
 12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with ``resume_from_checkpoint=True``
 whenever ``OUT_DIR`` holds a complete checkpoint (the requeue idiom). Kills:
 
-- ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>``: trainwell's test hook inside the save (trainwell/checkpoint/commit.py);
+- ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>``: trainwell's test hook inside the save (checkpoint/commit.py);
 - ``KILL_JOB_AT_STEP=<step>:<rank>``: SIGKILL that rank at the end of that optimizer step (between saves).
 
 When training ends, rank 0 writes ``OUT_DIR/final.safetensors`` (the consolidated weights) and ``OUT_DIR/result.json``
