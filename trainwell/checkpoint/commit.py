@@ -10,7 +10,8 @@
    temporary folder is removed and every rank raises: no checkpoint, the previous ones untouched.
 4. The saving rank (each node's with ``save_on_each_node``) fsyncs and hashes the engine files, writes the
    ``.complete`` marker listing every file of every rank (size and checksum), and renames the folder to
-   ``checkpoint-<step>``. All ranks meet again (collective 3) before anyone goes on.
+   ``checkpoint-<step>``. All ranks exchange the outcome (collective 3) before anyone goes on: a failure to seal
+   (e.g. a rank's file not visible where the marker is written) raises on every rank.
 
 Nothing is written into a folder after its marker. A kill at any point leaves the earlier checkpoints intact and at
 most a ``.tmp-`` folder, which the next ``train()`` removes.
@@ -160,6 +161,7 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
               "error": None if error is None else f"{type(error).__name__}: {error}"}
     reports = ranks.gather(report)
     failed = [(r, rep["error"]) for r, rep in enumerate(reports) if rep["error"] is not None]
+    sealed: BaseException | None = None
     try:
         if failed:
             raise CheckpointError(f"saving {final.name} failed on rank(s) " + "; ".join(
@@ -169,13 +171,21 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
         if should_save:
             _seal(tmp, final, _merge(reports, ranks.rank), step, ranks.rank)
             test_hook("renamed", step, ranks.rank)
-    except BaseException as err:
+    except Exception as err:  # every rank learns the outcome below, so none waits for a rank that gave up
+        sealed = err
+    except BaseException:
         if should_save:
             shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise layout.disk_full_error(error, final) from error
-        if error is not None and isinstance(err, CheckpointError):
-            raise error
         raise
-    ranks.barrier()
+    outcomes = ranks.gather(None if sealed is None else f"{type(sealed).__name__}: {sealed}")
+    if sealed is None and any(outcomes):
+        sealed = CheckpointError(f"saving {final.name} failed on another rank: "
+                                 + "; ".join(o for o in outcomes if o))
+    if sealed is not None:
+        if should_save:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cause = error if error is not None else sealed
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise layout.disk_full_error(cause, final) from cause
+        raise cause
     return final
