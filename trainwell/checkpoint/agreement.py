@@ -58,7 +58,8 @@ def _files_on_disk(folder: Path) -> list[str]:
 def verify_share(folder: Path, *, share: tuple[int, int], own: list[str], trust_pickles: bool) -> None:
     """Check this rank's share of ``folder`` (and the files in ``own`` entirely); raise CheckpointError."""
     index, count = share
-    layout.verify_checkpoint(folder, select=lambda i, rel: i % count == index or rel in own)
+    if (folder / layout.COMPLETE_MARKER).is_file():  # whether an unmarked folder may be loaded is discovery's call
+        layout.verify_checkpoint(folder, select=lambda i, rel: i % count == index or rel in own)
     if trust_pickles:
         return
     for i, rel in enumerate(pickle_files(folder, _files_on_disk(folder))):
