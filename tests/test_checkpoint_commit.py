@@ -58,3 +58,17 @@ def test_kill_hook_is_inert_without_the_variable(tmp_path, monkeypatch):
     test_hook("files", 7, 0)  # another rank
     test_hook("marker", 7, 1)  # another phase
     test_hook("rename", 4, 1)  # another step
+
+
+def test_without_xxhash_the_marker_uses_blake2b_and_still_verifies(tmp_path, monkeypatch):
+    from trainwell.checkpoint import digest
+
+    monkeypatch.setattr(digest, "_xxhash", lambda: None)
+    final = CheckpointManager(tmp_path).save(1, _contents())
+    assert layout.read_marker(final)["checksum"] == "blake2b_128"
+    CheckpointManager(tmp_path).verify(final)
+    data = bytearray((final / "optimizer.pt").read_bytes())
+    data[-30] ^= 0x10
+    (final / "optimizer.pt").write_bytes(bytes(data))
+    with pytest.raises(layout.CheckpointError, match="optimizer.pt: the file's blake2b_128 checksum"):
+        CheckpointManager(tmp_path).verify(final)
