@@ -74,6 +74,26 @@ def _weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(str(out / "final.safetensors"))
 
 
+def _resume_steps(out: Path) -> set[int]:
+    """The steps a relaunch may resume at: the newest complete checkpoint's (0: none), or that of a temporary
+    folder whose marker was written before the kill (discovery may promote it, as after an interrupted rename)."""
+    import re
+
+    from trainwell.checkpoint.layout import COMPLETE_MARKER, list_complete_checkpoints
+
+    complete = [int(p.name.rsplit("-", 1)[1]) for p in list_complete_checkpoints(out)] if out.is_dir() else []
+    newest = max(complete, default=0)
+    marked_tmp = [int(m.group(1)) for p in (out.iterdir() if out.is_dir() else [])
+                  if (m := re.match(r"^\.tmp-checkpoint-(\d+)-\d+$", p.name)) and (p / COMPLETE_MARKER).is_file()]
+    return {newest, max([newest, *marked_tmp])}
+
+
+def _begin_steps(log: str) -> dict[int, int]:
+    import re
+
+    return {int(r): int(step) for r, step in re.findall(r"RANK(\d) BEGIN_STEP (\d+)", log)}
+
+
 def _check_checkpoints(out: Path, backend: str) -> None:
     from trainwell.checkpoint.layout import list_complete_checkpoints, marker_files
     from trainwell.checkpoint.manager import CheckpointManager
@@ -97,15 +117,25 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
     reference = _start(tmp_path / "reference", backend, None)  # runs beside the first killed launch
     out = tmp_path / "killed"
     for kill in CHAINS[backend]:
+        allowed = _resume_steps(out)
         proc = _launch(out, backend, kill)
-        assert proc.returncode != 0, f"{kill} did not kill the job:\n{proc.stderr[-3000:]}"
+        log = proc.stdout + proc.stderr
+        killed_rank = kill[1].rsplit(":", 1)[1]
+        # the intended rank died of its SIGKILL (not of a crash at resume: that would be a crash loop)
+        assert proc.returncode != 0 and f"(exitcode: -9) local_rank: {killed_rank}" in log, f"{kill}:\n{log[-4000:]}"
+        begin = _begin_steps(log)
+        assert begin.keys() == {0, 1} and len(set(begin.values())) == 1, begin  # both ranks, the same checkpoint
+        assert begin[0] in allowed, (kill, begin, allowed)
         assert not (out / "final.safetensors").exists()
         _check_checkpoints(out, backend)
     _, ref_err = reference.communicate(timeout=TIMEOUT_S)
     assert reference.returncode == 0, ref_err[-4000:]
+    allowed = _resume_steps(out)
     final = _launch(out, backend, None)
     assert final.returncode == 0, final.stderr[-6000:]
     log = final.stdout + final.stderr
+    begin = _begin_steps(log)
+    assert begin.keys() == {0, 1} and len(set(begin.values())) == 1 and begin[0] in allowed - {0}, (begin, allowed)
     assert "start fresh" not in log and "not restored" not in log
     want, got = _weights(tmp_path / "reference"), _weights(out)
     assert sorted(got) == sorted(want)
