@@ -2,17 +2,18 @@
 
 A checkpoint is a :class:`CheckpointContents` (model, optimizer, scheduler, any objects with
 ``state_dict()``/``load_state_dict()``, trainer state, arguments, data position, tokenizer). Saving goes
-through :func:`~trainwell.checkpoint.layout.atomic_checkpoint_dir`, so a crash never leaves a folder that
-looks complete. Loading reads and validates every file into memory first and only then applies them, so a
-damaged checkpoint raises :class:`~trainwell.checkpoint.layout.CheckpointError` without touching the model,
-and :meth:`CheckpointManager.load_latest_valid` can fall back to the previous checkpoint.
+through the commit protocol of :mod:`trainwell.checkpoint.commit` (one transaction for every rank and the
+backend's engine files: temporary folder, every rank's files, agreement, marker with sizes and checksums,
+rename), so a crash never leaves a folder that looks complete. Loading validates every file (sizes, checksums,
+pickle allow-list) and reads everything into memory first, and only then applies it, so a damaged checkpoint
+raises :class:`~trainwell.checkpoint.layout.CheckpointError` without touching the model;
+:meth:`CheckpointManager.load_latest_valid` falls back to the previous checkpoint, with every rank together
+(:mod:`trainwell.checkpoint.agreement`).
 
 Several processes (``world_size > 1``): the process(es) with ``should_save=True`` (rank 0, or the local main
-process of each node with ``save_on_each_node``) write everything, their own RNG file included, atomically.
-Then all ranks meet at a barrier, and every other rank writes its ``rng_state_<rank>.pth`` into the finished
-folder (each with an atomic single-file write), then all meet at a second barrier. These late RNG files are
-not listed in the marker; a rank whose RNG file is missing on resume warns and keeps its current RNG state.
-Backends whose weights are sharded across ranks pass the gathered full weights as ``model_state_dict``.
+process of each node with ``save_on_each_node``) write the shared files; every rank writes its own
+``rng_state_<rank>.pth`` into the same temporary folder, before the marker that lists them all. Backends whose
+weights are sharded across ranks pass the gathered full weights as ``model_state_dict``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import json
 import logging
 import os
 import pickle
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
