@@ -4,7 +4,8 @@ One flipped byte in any file kind (weights, optimizer, scheduler, RNG, json stat
 truncated file fails its size. ``resume_from_checkpoint=True`` falls back to the previous checkpoint and the run ends
 exactly as an uninterrupted one; an explicit path raises. The distributed cases (2 ranks, gloo): a damaged
 ``rng_state_1.pth`` (a file only rank 1 reads) and a truncated DCP shard (resealed, so that DCP itself fails while
-loading and raises its ``BaseException`` subclass) make *both* ranks fall back to ``checkpoint-6``.
+loading and raises its ``BaseException`` subclass) and a DeepSpeed checkpoint missing rank 1's ZeRO shard (the state
+the old save order left) make *both* ranks fall back to ``checkpoint-6``.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def _free_port() -> int:
 def _launch(out: Path, backend: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT", "RANK",
                                                              "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1",
+               DS_ACCELERATOR="cpu")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB), str(out), backend]
     return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
@@ -151,13 +153,39 @@ def _truncate_shard_and_reseal(folder: Path) -> None:
     layout.write_marker(folder, layout._fsync_tree(folder))  # the marker agrees: DCP itself must fail
 
 
+def _drop_rank1_zero_shard_and_reseal(folder: Path) -> None:
+    # the state the old save order could leave: 'latest' written, rank 1's shard not (a marker that agrees with it)
+    (folder / "global_step9" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    layout.write_marker(folder, layout._fsync_tree(folder))
+
+
+def test_deepspeed_file_check_names_the_missing_shard(tmp_path):
+    from trainwell.backends.deepspeed import check_deepspeed_files
+
+    step = tmp_path / "global_step3"
+    step.mkdir()
+    (tmp_path / "latest").write_text("global_step3")
+    (step / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    (step / "zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"x")
+    check_deepspeed_files(tmp_path, rank=0, zero_stage=2)
+    with pytest.raises(CheckpointError, match=r"rank 1's ZeRO optimizer shard"):
+        check_deepspeed_files(tmp_path, rank=1, zero_stage=2)
+    (tmp_path / "latest").write_text("global_step4")
+    with pytest.raises(CheckpointError, match=r"global_step4 named by 'latest'"):
+        check_deepspeed_files(tmp_path, rank=0, zero_stage=2)
+
+
 @pytest.mark.distributed
-@pytest.mark.parametrize("backend,damage", [
-    ("ddp", lambda folder: _flip(folder / "rng_state_1.pth")),
-    ("fsdp", _truncate_shard_and_reseal),
+@pytest.mark.parametrize("backend,damage,reason", [
+    ("ddp", lambda folder: _flip(folder / "rng_state_1.pth"), "rng_state_1.pth: the file's xxh3_128 checksum"),
+    ("fsdp", _truncate_shard_and_reseal, "cannot read the sharded FSDP state"),
+    ("zero2", _drop_rank1_zero_shard_and_reseal, "rank 1's ZeRO optimizer shard"),
 ])
-def test_damage_seen_by_one_rank_makes_every_rank_fall_back(tmp_path, backend, damage):
+def test_damage_seen_by_one_rank_makes_every_rank_fall_back(tmp_path, backend, damage, reason):
     from safetensors.torch import load_file
+
+    if backend == "zero2":
+        pytest.importorskip("deepspeed")
 
     out = tmp_path / "out"
     first = _launch(out, backend)
@@ -171,7 +199,7 @@ def test_damage_seen_by_one_rank_makes_every_rank_fall_back(tmp_path, backend, d
     log = again.stdout + again.stderr
     assert again.returncode == 0, log[-6000:]
     assert "RANK0 BEGIN_STEP 6" in log and "RANK1 BEGIN_STEP 6" in log, log[-4000:]
-    assert "falling back to" in log and "checkpoint-6 (every rank)" in log
+    assert "falling back to" in log and "checkpoint-6 (every rank)" in log and reason in log, log[-4000:]
     got = load_file(str(out / "final.safetensors"))
     for key, value in want.items():
         assert torch.equal(got[key], value), key

@@ -84,7 +84,7 @@ class TrainerCheckpointing:
         # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
         # trainwell.checkpoint.agreement.
         options = dict(load_trainer_state=TrainerState.load_from_json, engine_load=self.backend.load,
-                       context=self._whole_parameters)
+                       engine_check=getattr(self.backend, "check_checkpoint", None), context=self._whole_parameters)
         if self._resume_with_fallback:
             folder, result = self._checkpoints.load_latest_valid(contents, **options)
         else:

@@ -85,11 +85,13 @@ def load_agreed(manager: "CheckpointManager", folders: list[Path], contents: "Ch
                 fallback: bool, load_optimizer: bool = True,
                 load_trainer_state: Callable[[str], Any] | None = None,
                 engine_load: Callable[[Path], None] | None = None,
+                engine_check: Callable[[Path], None] | None = None,
                 context: Callable[[], AbstractContextManager[Any]] | None = None) -> tuple[Path, dict[str, Any]]:
     """Load the first of ``folders`` that every rank validates and loads (see the module docstring).
 
-    ``fallback=False`` raises on every rank at the first failure. Raises ValueError when ``folders`` is empty and
-    CheckpointError when none loads.
+    ``engine_check(folder)`` (optional) runs in the validation step: the engine's own check that this rank's files
+    are there. ``fallback=False`` raises on every rank at the first failure. Raises ValueError when ``folders`` is
+    empty and CheckpointError when none loads.
     """
     if not folders:
         raise ValueError(f"no valid checkpoint found in {manager.output_dir}")
@@ -101,6 +103,8 @@ def load_agreed(manager: "CheckpointManager", folders: list[Path], contents: "Ch
         error: BaseException | None = None
         try:
             verify_share(folder, share=share, own=[manager.rng_file], trust_pickles=manager.trust_pickles)
+            if engine_check is not None:
+                engine_check(folder)
         except CheckpointError as err:
             error = err
         problems = _agree(manager, error)

@@ -347,26 +347,31 @@ class CheckpointManager:
     def load_latest_valid(self, contents: CheckpointContents, *, load_optimizer: bool = True,
                           load_trainer_state: Callable[[str], Any] | None = None,
                           engine_load: Callable[[Path], None] | None = None,
+                          engine_check: Callable[[Path], None] | None = None,
                           context: Callable[[], Any] | None = None) -> tuple[Path, dict[str, Any]]:
         """Load the newest complete checkpoint that every rank validates and loads, falling back to older ones.
 
         A collective when ``world_size > 1`` (see :mod:`trainwell.checkpoint.agreement`): all ranks end on the
         same checkpoint. ``engine_load(folder)`` (the backend's ``load``) runs after trainwell's files, inside the
-        same fallback; ``context()`` wraps the loading of trainwell's files. Each damaged checkpoint is reported
+        same fallback, ``engine_check(folder)`` (the backend's ``check_checkpoint``) in the validation step;
+        ``context()`` wraps the loading of trainwell's files. Each damaged checkpoint is reported
         (``warnings.warn`` and ``logger.warning``). Raises ValueError when ``output_dir`` has no complete
         checkpoint, CheckpointError when none of them loads, UnsafeCheckpointError for a refused pickle.
         """
         from .agreement import candidates, load_agreed
 
         return load_agreed(self, candidates(self), contents, fallback=True, load_optimizer=load_optimizer,
-                           load_trainer_state=load_trainer_state, engine_load=engine_load, context=context)
+                           load_trainer_state=load_trainer_state, engine_load=engine_load,
+                           engine_check=engine_check, context=context)
 
     def load_agreed(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
                     load_trainer_state: Callable[[str], Any] | None = None,
                     engine_load: Callable[[Path], None] | None = None,
+                    engine_check: Callable[[Path], None] | None = None,
                     context: Callable[[], Any] | None = None) -> dict[str, Any]:
         """:meth:`load` of one given folder by every rank together: all succeed or all raise (no fallback)."""
         from .agreement import load_agreed
 
         return load_agreed(self, [Path(folder)], contents, fallback=False, load_optimizer=load_optimizer,
-                           load_trainer_state=load_trainer_state, engine_load=engine_load, context=context)[1]
+                           load_trainer_state=load_trainer_state, engine_load=engine_load,
+                           engine_check=engine_check, context=context)[1]
