@@ -1,6 +1,6 @@
 """DDP scaling on the CPU: optimizer steps per second of 1 vs 2 processes (gloo) on the same global batch.
 
-    python bench/ddp_scaling.py [--steps 60] [--global-batch 64] [--hidden 512]
+    python bench/ddp_scaling.py [--steps 60] [--global-batch 64] [--hidden 512] [--find-unused auto|true|false]
 
 Launches this file twice under ``torch.distributed.run`` (``--nproc_per_node=1``, then ``2``; one thread per
 process), trains an MLP with the Trainer for ``--steps`` optimizer steps, and times the steps after a warm-up of 5
@@ -30,6 +30,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--global-batch", type=int, default=64)
     parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--find-unused", choices=["auto", "true", "false"], default="auto",
+                        help="ddp_find_unused_parameters (auto: unset, trainwell's default)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -71,7 +73,9 @@ def worker(opts: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(output_dir=out, per_device_train_batch_size=opts.global_batch // world,
                                  max_steps=opts.steps, save_strategy="no", report_to=[], disable_tqdm=True,
-                                 logging_strategy="no", use_cpu=True, dataloader_drop_last=True)
+                                 logging_strategy="no", use_cpu=True, dataloader_drop_last=True,
+                                 ddp_find_unused_parameters=None if opts.find_unused == "auto"
+                                 else opts.find_unused == "true")
         Trainer(model=MLP(), args=args, train_dataset=data, callbacks=[timer]).train()
     timed = timer.times[WARMUP - 1:]
     rate = (len(timed) - 1) / (timed[-1] - timed[0])
@@ -89,7 +93,7 @@ def launch(nproc: int, opts: argparse.Namespace) -> float:
     """Run the worker on ``nproc`` processes; returns rank 0's steps per second."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
            f"--master_port={_free_port()}", __file__, "--worker", f"--steps={opts.steps}",
-           f"--global-batch={opts.global_batch}", f"--hidden={opts.hidden}"]
+           f"--global-batch={opts.global_batch}", f"--hidden={opts.hidden}", f"--find-unused={opts.find_unused}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)

@@ -16,12 +16,13 @@ LAYERS: dict[str, int] = {
     # foundations: no trainwell imports beyond layer 0
     "trainer_utils": 0, "distributed": 0, "logging_utils": 0, "reporting": 0, "losses": 0, "model_utils": 0,
     "precision": 0, "state": 0, "memory": 0, "deepspeed_config": 0, "data": 0, "optim": 0, "schedules": 0,
+    "overrides": 0,
     # configuration, events, the file format of checkpoints
-    "args": 1, "parser": 1, "events": 1, "checkpoint": 1,
+    "args": 1, "accelerate_env": 1, "parser": 1, "events": 1, "checkpoint": 1,
     # callbacks and execution backends (never the loops or the trainer)
     "callbacks": 2, "backends": 2, "seq2seq_args": 2,
-    "loops": 3,
-    "trainer_checkpoints": 4, "trainer": 4, "hpsearch": 4,
+    "loops": 3, "accelerator": 3,
+    "trainer_checkpoints": 4, "trainer_compat": 4, "trainer": 4, "hpsearch": 4,
     "seq2seq": 5, "zero": 5, "recipes": 5,
     "cli": 6, "__main__": 6, "__init__": 6,
 }

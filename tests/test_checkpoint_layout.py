@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +18,20 @@ from trainwell.checkpoint.layout import (
     delete_checkpoint,
     is_complete,
     list_complete_checkpoints,
+    list_foreign_checkpoints,
     list_incomplete,
+    list_resumable_checkpoints,
     verify_checkpoint,
     write_atomic,
 )
 from trainwell.trainer_utils import get_last_checkpoint
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (for temporary folders left by a killed trainer)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def _save(root: Path, step: int, payload: bytes = b"weights") -> Path:
@@ -65,16 +76,42 @@ def test_atomic_dir_resave_same_step_replaces(tmp_path):
 def test_listing_ignores_incomplete_and_cleanup_removes_them(tmp_path):
     _save(tmp_path, 10)
     _save(tmp_path, 2)
-    (tmp_path / "checkpoint-30").mkdir()  # crashed, no marker
-    (tmp_path / ".tmp-checkpoint-40-123").mkdir()  # crashed while writing
+    (tmp_path / "checkpoint-30").mkdir()  # no marker: another tool's checkpoint, never trainwell's to delete
+    dead = tmp_path / f".tmp-checkpoint-40-{dead_pid()}"
+    dead.mkdir()  # trainwell crashed while writing
+    live = tmp_path / f".tmp-checkpoint-50-{os.getpid()}"
+    live.mkdir()  # a save in progress in a live process
     (tmp_path / "checkpoint-abc").mkdir()  # not a checkpoint name
     (tmp_path / "notes.txt").write_text("x")
     assert [p.name for p in list_complete_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-10"]
-    assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
-    assert {p.name for p in list_incomplete(tmp_path)} == {"checkpoint-30", ".tmp-checkpoint-40-123"}
-    removed = cleanup_incomplete(tmp_path)
-    assert {p.name for p in removed} == {"checkpoint-30", ".tmp-checkpoint-40-123"}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-10", "checkpoint-2", "checkpoint-abc", "notes.txt"]
+    assert [p.name for p in list_foreign_checkpoints(tmp_path)] == ["checkpoint-30"]
+    assert [p.name for p in list_resumable_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-10", "checkpoint-30"]
+    assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-30")  # as upstream: any checkpoint-N
+    assert list_incomplete(tmp_path) == [dead]
+    assert cleanup_incomplete(tmp_path) == [dead]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "checkpoint-10", "checkpoint-2", "checkpoint-30",
+                                                          "checkpoint-abc", "notes.txt"]
+
+
+def test_foreign_folder_is_never_deleted_nor_replaced(tmp_path):
+    foreign = tmp_path / "checkpoint-3"
+    foreign.mkdir()
+    (foreign / "model.safetensors").write_bytes(b"theirs")
+    delete_checkpoint(foreign)  # rotation's delete refuses folders without the marker
+    with pytest.raises(CheckpointError, match=r"checkpoint-3 already exists and was not written by trainwell"):
+        _save(tmp_path, 3)
+    assert (foreign / "model.safetensors").read_bytes() == b"theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3"]  # no temporary folder left either
+
+
+def test_delete_checkpoint_never_leaves_a_partial_checkpoint_name(tmp_path, monkeypatch):
+    final = _save(tmp_path, 4)
+    import shutil
+
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)  # the process dies before the files are gone
+    delete_checkpoint(final)
+    assert not final.exists()
+    assert [p.name for p in tmp_path.iterdir()] == [f".tmp-checkpoint-4-{os.getpid()}.old"]
 
 
 def test_missing_output_dir_lists_nothing(tmp_path):
@@ -86,7 +123,7 @@ def test_missing_output_dir_lists_nothing(tmp_path):
 
 def test_cleanup_recovers_complete_temp_when_final_missing(tmp_path):
     done = _save(tmp_path, 7, b"new")
-    os.rename(done, tmp_path / ".tmp-checkpoint-7-999")  # crash between "move old aside" and "rename new"
+    os.rename(done, tmp_path / f".tmp-checkpoint-7-{dead_pid()}")  # crash between "move old aside" and "rename new"
     cleanup_incomplete(tmp_path)
     assert [p.name for p in list_complete_checkpoints(tmp_path)] == ["checkpoint-7"]
     assert (tmp_path / "checkpoint-7" / "model.bin").read_bytes() == b"new"

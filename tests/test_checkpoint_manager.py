@@ -136,15 +136,17 @@ def test_resolve_resume(tmp_path):
         manager.resolve_resume(True)
     manager.save(3, _setup(0, steps=0))
     manager.save(7, _setup(0, steps=0))
-    (tmp_path / "out" / "checkpoint-9").mkdir()  # interrupted save
     assert manager.resolve_resume(True) == tmp_path / "out" / "checkpoint-7"
+    (tmp_path / "out" / "checkpoint-9").mkdir()  # no marker: another tool's checkpoint, resumable (validated on load)
+    assert manager.resolve_resume(True) == tmp_path / "out" / "checkpoint-9"
     assert manager.resolve_resume(str(tmp_path / "out" / "checkpoint-3")) == tmp_path / "out" / "checkpoint-3"
+    assert manager.resolve_resume(str(tmp_path / "out" / "checkpoint-9")) == tmp_path / "out" / "checkpoint-9"
     with pytest.raises(ValueError, match="no such checkpoint folder"):
         manager.resolve_resume(str(tmp_path / "missing"))
-    with pytest.raises(ValueError, match=r"marker file \.complete is missing"):
-        manager.resolve_resume(str(tmp_path / "out" / "checkpoint-9"))
-    with pytest.raises(ValueError, match="looks like an output_dir"):
+    with pytest.raises(ValueError, match="is an output_dir, not a checkpoint folder: pass .*checkpoint-9"):
         manager.resolve_resume(str(tmp_path / "out"))
+    with pytest.raises(CheckpointError, match=r"checkpoint-9: no model weights found"):
+        manager.load(tmp_path / "out" / "checkpoint-9", _setup(0, steps=0))
 
 
 def test_load_latest_valid_falls_back_when_newest_is_truncated(tmp_path):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import signal
 from pathlib import Path
 
@@ -134,25 +136,33 @@ def test_half_written_checkpoints_are_ignored_and_cleaned_up(tmp_path: Path, cap
     regression_trainer(tmp_path, max_steps=4).train()
     unmarked = tmp_path / "checkpoint-6"
     shutil.copytree(tmp_path / "checkpoint-4", unmarked)
-    (unmarked / ".complete").unlink()  # a folder from a crash in the middle of a (non-trainwell) copy
-    tmp_left = tmp_path / ".tmp-checkpoint-8-12345"
+    (unmarked / ".complete").unlink()  # a crash in the middle of a (non-trainwell) copy: a foreign, broken folder
+    (unmarked / "model.safetensors").unlink()
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    tmp_left = tmp_path / f".tmp-checkpoint-8-{proc.pid}"  # trainwell's own write, its process is dead
     shutil.copytree(tmp_path / "checkpoint-4", tmp_left)
     (tmp_left / ".complete").unlink()
-    assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
     trainer = regression_trainer(tmp_path, max_steps=5)
-    with caplog.at_level(logging.INFO, logger="trainwell.trainer"):
+    with caplog.at_level(logging.INFO, logger="trainwell.trainer"), \
+            pytest.warns(UserWarning, match=r"checkpoint-6 is damaged .*model weights.*falling back to .*checkpoint-4"):
         trainer.train(resume_from_checkpoint=True)
     assert f"Resuming training from {tmp_path / 'checkpoint-4'}" in caplog.text
     assert "Removed incomplete checkpoint folders" in caplog.text
-    assert not unmarked.exists() and not tmp_left.exists()
+    assert unmarked.exists() and not tmp_left.exists()  # the foreign folder is not trainwell's to delete
     assert [e["step"] for e in trainer.state.log_history if "loss" in e] == [1, 2, 3, 4, 5]
 
 
 def test_get_last_checkpoint(tmp_path: Path) -> None:
     assert get_last_checkpoint(tmp_path) is None
     regression_trainer(tmp_path, max_steps=6, save_steps=3).train()
-    (tmp_path / "checkpoint-10").mkdir()  # no marker: not a checkpoint
     assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
+    (tmp_path / f".tmp-checkpoint-9-{os.getpid()}").mkdir()  # a trainwell save in progress: not a checkpoint yet
+    assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-6")
+    (tmp_path / "checkpoint-10").mkdir()  # no marker: another tool's checkpoint counts, as upstream
+    assert get_last_checkpoint(tmp_path) == str(tmp_path / "checkpoint-10")
+    with pytest.raises(CheckpointError, match=r"checkpoint-10: no model weights found"):  # validated when loaded
+        regression_trainer(tmp_path, max_steps=6).train(resume_from_checkpoint=get_last_checkpoint(tmp_path))
 
 
 # ---------------------------------------------------------------------------------------- best and rotation

@@ -85,6 +85,12 @@ def test_param_groups_split_and_skip_frozen():
     assert no_decay_ids == {id(params[n]) for n in expected_no_decay}
 
 
+def test_groups_are_upstreams_without_weight_decay_too():
+    # one group would be numerically the same, but optimizer.pt must have upstream's groups to interchange
+    groups = build_param_groups(nn.Linear(3, 2), 0.0)
+    assert [(g["weight_decay"], len(g["params"])) for g in groups] == [(0.0, 1), (0.0, 1)]
+
+
 def test_empty_group_dropped():
     groups = build_param_groups(nn.LayerNorm(3), 0.1)
     assert len(groups) == 1 and groups[0]["weight_decay"] == 0.0 and len(groups[0]["params"]) == 2

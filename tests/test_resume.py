@@ -74,15 +74,17 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_sigkill_including_mid_save_resumes_bit_exact(reference: Path, tmp_path: Path) -> None:
     run_job(tmp_path, "--kill-at-step", 5, expect=-signal.SIGKILL)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3"]
+    # the killed run's output_dir lock stays behind (taken over by the next run: its process is dead)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".trainwell.lock", "checkpoint-3"]
     run_job(tmp_path, "--resume", "--kill-in-save", 9, expect=-signal.SIGKILL)
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name != ".trainwell.lock")
     assert "checkpoint-9" not in names and any(n.startswith(".tmp-checkpoint-9-") for n in names), names
     proc = run_job(tmp_path, "--resume", "--kill-at-step", 14, expect=-signal.SIGKILL)
-    names = sorted(p.name for p in tmp_path.iterdir())
+    names = sorted(p.name for p in tmp_path.iterdir() if p.name != ".trainwell.lock")
     assert not any(n.startswith(".tmp-") for n in names), names  # the half-written checkpoint was cleaned up
     assert names == ["checkpoint-12", "checkpoint-9"]  # save_total_limit=2; 9 rewritten after the crash
     assert "Removed incomplete checkpoint folders" in proc.stderr
+    assert "taking over the lock" in proc.stderr and "no longer running" in proc.stderr
     run_job(tmp_path, "--resume")
     assert read_result(tmp_path)["global_step"] == TOTAL_STEPS
     assert_same_run(reference, tmp_path)

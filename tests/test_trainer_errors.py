@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import IterableDataset
 
-from trainwell import Trainer, TrainerCallback, TrainingArguments
+from trainwell import StopOnNonFiniteLossCallback, Trainer, TrainerCallback, TrainingArguments
 
 
 class NoLossModel(nn.Module):
@@ -135,7 +135,7 @@ def test_nan_loss_diverges_clearly_and_last_checkpoint_still_loads(tiny, make_ar
     snapshots = SnapshotOnSave()
     args = make_args(max_steps=6, save_strategy="steps", save_steps=2, logging_steps=1, optim="sgd")
     trainer = Trainer(model=PoisonedModel(poison_from=3), args=args, train_dataset=tiny.regression_data(64),
-                      callbacks=[snapshots])
+                      callbacks=[snapshots, StopOnNonFiniteLossCallback()])  # stopping is opt-in
     with pytest.raises(FloatingPointError) as info:
         trainer.train()
     message = str(info.value)

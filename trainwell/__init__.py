@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "ProgressCallback": "callbacks",
     "PrinterCallback": "callbacks",
     "EarlyStoppingCallback": "callbacks",
+    "StopOnNonFiniteLossCallback": "callbacks",
     "TensorBoardCallback": "callbacks.integrations.tensorboard",
     "MLflowCallback": "callbacks.integrations.mlflow",
     # utilities and types
@@ -58,6 +59,9 @@ _EXPORTS: dict[str, str] = {
     "get_constant_schedule": "schedules",
     "get_constant_schedule_with_warmup": "schedules",
     "Adafactor": "optim",
+    # DeepSpeed outside the Trainer (seed 001's non-Trainer integration)
+    "HfDeepSpeedConfig": "deepspeed_config",
+    "is_deepspeed_zero3_enabled": "deepspeed_config",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -266,6 +266,8 @@ class TrainingArguments:
     trust_checkpoint_pickles: bool = _f(False, "trainwell only: let a resume unpickle DeepSpeed/DCP checkpoint files "
                                         "holding types outside the safe allow-list (runs their code: only for "
                                         "checkpoints from a source you trust).")
+    enable_jit_checkpoint: bool = _f(False, "On SIGTERM/SIGINT, save a checkpoint even with save_strategy='no' "
+                                            "(trainwell always stops gracefully and saves otherwise).")
     # --- devices and precision
     no_cuda: bool = _f(False, "Deprecated: use use_cpu.")
     use_cpu: bool = _f(False, "Train on the CPU even when a GPU is available.")
@@ -559,15 +561,17 @@ class TrainingArguments:
         torch.backends.cudnn.allow_tf32 = bool(self.tf32)
 
     def _resolve_sharded_ddp(self) -> None:
-        value = self.sharded_ddp
+        raw = value = self.sharded_ddp
         value = "simple" if value is True else ("" if value in (False, None) else value)
+        words = value.split() if isinstance(value, str) else list(value)
+        value = ["offload" if word == "cpu_offload" else word for word in words]  # seed 002: "zero_dp_2 cpu_offload"
         opts = _to_enum_list(ShardedDDPOption, value, "sharded_ddp")
         self.sharded_ddp = opts
         if not opts:
             return
         _deprecated("sharded_ddp", "fsdp (or sharded_ddp='simple' for DDP with ZeroRedundancyOptimizer)")
         if opts == [ShardedDDPOption.OFFLOAD] or opts == [ShardedDDPOption.AUTO_WRAP]:
-            raise ValueError(f"sharded_ddp={value!r}: offload/auto_wrap need zero_dp_2 or zero_dp_3.")
+            raise ValueError(f"sharded_ddp={raw!r}: offload/auto_wrap need zero_dp_2 or zero_dp_3.")
         if ShardedDDPOption.SIMPLE in opts:
             if len(opts) > 1:
                 raise ValueError("sharded_ddp='simple' cannot be combined with other options.")
@@ -605,6 +609,13 @@ class TrainingArguments:
         # a path was already checked (exists, valid JSON) by _parse_dict_fields
         if self.deepspeed is not None and self.fsdp:
             raise ValueError("fsdp and deepspeed are both set; use one sharding backend.")
+        if self.deepspeed is not None:
+            from .deepspeed_config import DeepSpeedConfig
+
+            # As upstream: the config lives as long as these arguments, so is_deepspeed_zero3_enabled() (ours and
+            # transformers') is True from here on and from_pretrained builds a ZeRO-3 model partitioned.
+            self.hf_deepspeed_config = DeepSpeedConfig(self.deepspeed)
+            self.hf_deepspeed_config.trainer_config_process(self)
 
     def _resolve_misc(self) -> None:
         bad = [x for x in self.include_for_metrics if x not in INCLUDE_FOR_METRICS]
@@ -625,6 +636,25 @@ class TrainingArguments:
             self.run_name = self.output_dir
         if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU
             self.dataloader_pin_memory = False
+        self._check_unimplemented()
+
+    def _check_unimplemented(self) -> None:
+        """Upstream switches trainwell does not implement: an error when the training would differ, else a warning."""
+        refused = {"neftune_noise_alpha": self.neftune_noise_alpha is not None,
+                   "use_liger_kernel": self.use_liger_kernel,
+                   "optim_target_modules": self.optim_target_modules is not None}
+        for name in [n for n, is_set in refused.items() if is_set]:
+            raise NotImplementedError(f"{name}={getattr(self, name)!r} is not supported by trainwell (the training "
+                                      f"would differ from upstream's); leave {name} unset.")
+        ignored = [name for name, is_set in (
+            ("jit_mode_eval", self.jit_mode_eval), ("use_ipex", self.use_ipex),
+            ("torch_empty_cache_steps", self.torch_empty_cache_steps is not None),
+            ("eval_use_gather_object", self.eval_use_gather_object),
+            ("average_tokens_across_devices", self.average_tokens_across_devices),
+            ("tpu_num_cores", self.tpu_num_cores is not None), ("mp_parameters", bool(self.mp_parameters))) if is_set]
+        if ignored:
+            logger.warning("TrainingArguments: %s: accepted for compatibility, no effect in trainwell.",
+                           ", ".join(ignored))
 
     # ------------------------------------------------------------------ runtime (lazy)
     def _runtime(self) -> tuple[Any, torch.device, int]:
@@ -649,6 +679,7 @@ class TrainingArguments:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_runtime_cache", None)  # re-resolve on the machine that unpickles
+        state.pop("hf_deepspeed_config", None)  # process-wide registration, not data
         return state
 
     @property

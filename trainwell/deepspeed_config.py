@@ -183,6 +183,15 @@ class DeepSpeedConfig:
         if node is not None and node.get(key) == AUTO:
             node[key] = value
 
+    def trainer_config_process(self, args: Any) -> None:
+        """Fill the ``"auto"`` values the arguments alone decide (batch sizes, accumulation, clipping, optimizer,
+        precision), as upstream does when ``TrainingArguments(deepspeed=...)`` is built, so that ``from_pretrained``
+        under ZeRO-3 sees a usable config. Contradictions are reported later, by :meth:`resolve`."""
+        _fill_from_args(self, args, int(getattr(args, "world_size", 1)))
+        _fill_precision(self, args)
+        self.mismatches = []
+        _register_with_transformers(self)  # again: transformers keeps its own copy of the (now filled) dict
+
     def resolve(self, args: Any, *, model: "nn.Module | None" = None, num_training_steps: int | None = None,
                 world_size: int | None = None) -> dict[str, Any]:
         """Fill every ``"auto"`` from ``args`` (and ``model``/``num_training_steps``); raise on mismatches."""
@@ -358,8 +367,11 @@ def _register_with_transformers(config: DeepSpeedConfig) -> None:
         logger.info("could not register the ZeRO-3 config with transformers: %s", err)
 
 
+#: upstream's name (``transformers.integrations.HfDeepSpeedConfig``): the same object
+HfDeepSpeedConfig = DeepSpeedConfig
+
 __all__ = [
-    "DeepSpeedConfig", "DS_TO_TRAINER_SCHEDULER", "get_deepspeed_config", "infer_hidden_size",
+    "DeepSpeedConfig", "HfDeepSpeedConfig", "DS_TO_TRAINER_SCHEDULER", "get_deepspeed_config", "infer_hidden_size",
     "is_deepspeed_zero3_enabled", "load_deepspeed_config", "remaining_auto_keys", "resolve_deepspeed_config",
     "set_deepspeed_config", "unset_deepspeed_config",
 ]

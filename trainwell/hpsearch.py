@@ -123,17 +123,20 @@ def _coerce(name: str, annotation: Any, value: Any) -> Any:
     return value
 
 
-def trial_arguments(args: Any, overrides: Mapping[str, Any], run_dir: str) -> Any:
-    """A validated copy of ``args`` with ``overrides`` applied and ``output_dir=run_dir`` (``args`` is untouched)."""
+def trial_arguments(args: Any, overrides: Mapping[str, Any], run_dir: str, *,
+                    source: str = "hp_space returned") -> Any:
+    """A validated copy of ``args`` with ``overrides`` applied and ``output_dir=run_dir`` (``args`` is untouched).
+
+    ``source`` starts the error messages (what handed over the overrides)."""
     fields = {f.name: f.type for f in dataclasses.fields(args) if f.init}
     for key in overrides:
         if key not in fields:
             close = difflib.get_close_matches(str(key), sorted(fields), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise AttributeError(f"hp_space returned {key!r}, which is not a field of {type(args).__name__}"
+            raise AttributeError(f"{source} {key!r}, which is not a field of {type(args).__name__}"
                                  f"{hint}; return only TrainingArguments field names")
         if key in FIXED_AT_INIT:
-            raise ValueError(f"hp_space returned {key!r}, which is read when the Trainer is built and cannot change "
+            raise ValueError(f"{source} {key!r}, which is read when the Trainer is built and cannot change "
                              "per trial; set it in the TrainingArguments you pass to the Trainer instead")
     values = {key: _coerce(key, fields[key], value) for key, value in overrides.items()}
     values["output_dir"] = run_dir

@@ -27,6 +27,18 @@ def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(unwrap_model(model).forward).parameters)
 
 
+def find_labels(model: nn.Module | type) -> list[str]:
+    """The label arguments of a model's ``forward``, by upstream's rule (``transformers.utils.find_labels``).
+
+    Every parameter whose name contains ``"label"``, plus ``start_positions``/``end_positions`` for a
+    question-answering model (a class name containing ``QuestionAnswering``).
+    """
+    cls = model if isinstance(model, type) else type(unwrap_model(model))
+    params = inspect.signature(cls.forward).parameters
+    qa = "QuestionAnswering" in cls.__name__
+    return [p for p in params if "label" in p or (qa and p in ("start_positions", "end_positions"))]
+
+
 def accepts_loss_kwargs(model: nn.Module) -> bool:
     """True when the model's forward takes ``num_items_in_batch`` (or declares ``accepts_loss_kwargs``)."""
     inner = unwrap_model(model)

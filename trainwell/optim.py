@@ -94,12 +94,9 @@ def build_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, 
     """The optimizer's parameter groups: ``weight_decay`` for the decay parameters, ``0.0`` for the others.
 
     Only parameters with ``requires_grad`` are included; an empty group is dropped (so a model whose trainable
-    parameters are all biases yields a single group). Without weight decay all parameters share one group.
+    parameters are all biases yields a single group). The split is upstream's even when ``weight_decay`` is 0, so
+    that ``optimizer.pt`` has upstream's parameter groups and checkpoints interchange with the upstream Trainer.
     """
-    if weight_decay == 0:
-        # One group steps faster (one fused/foreach call) and is numerically the same as two groups without decay.
-        params = [p for p in model.parameters() if p.requires_grad]
-        return [{"params": params, "weight_decay": 0.0}] if params else []
     decay_names = set(get_decay_parameter_names(model))
     decay, no_decay = [], []
     for name, param in model.named_parameters():

@@ -5,7 +5,8 @@ Drop-in for upstream ``HfArgumentParser``: every ``init=True`` field of each dat
 ``field.metadata["aliases"]``. Type mapping:
 
 - ``bool`` / ``Optional[bool]``: ``--flag`` alone means True, ``--flag false`` (true/false/yes/no/1/0/t/f/y/n);
-  a bool defaulting to True also gets ``--no_flag``.
+  a bool defaulting to True, or an ``Optional[bool]`` left at None (``--no_tf32``), also gets ``--no_flag``; a bare
+  ``bool`` field without a default is an optional flag defaulting to False (as upstream).
 - ``Enum`` and ``Literal`` (also ``Union[Enum, str]``): ``choices`` (the enum's values; the dataclass converts them
   in ``__post_init__``).
 - ``list[X]``: ``nargs="+"`` of X. ``Optional[X]``: X. ``Union[int, float]``: int for integral text, else float.
@@ -180,13 +181,16 @@ class ArgParser(argparse.ArgumentParser):
         group_name = getattr(dtype, "_argument_group_name", None)
         target = self.add_argument_group(group_name) if group_name else self
         hints = _resolved_types(dtype)
+        names = frozenset(f.name for f in dataclasses.fields(dtype))  # a field "no_x" keeps its own option
+        names |= frozenset(n.replace("_", "-") for n in names)
         for field in dataclasses.fields(dtype):
             if field.init:
-                self._add_field(target, field, hints.get(field.name, field.type))
+                self._add_field(target, field, hints.get(field.name, field.type), names)
 
     @staticmethod
-    def _add_field(target: Any, field: dataclasses.Field, tp: Any) -> None:
-        """Add the option(s) for one field: ``--name``, ``--na-me``, aliases, and ``--no_name`` for True bools."""
+    def _add_field(target: Any, field: dataclasses.Field, tp: Any, reserved: frozenset[str] = frozenset()) -> None:
+        """Add the option(s) for one field: ``--name``, ``--na-me``, aliases, and ``--no_name`` for bools that default
+        to True or None (unless ``reserved``, the dataclass's field names, holds ``no_name``)."""
         meta = dict(field.metadata)
         aliases = meta.get("aliases") or []
         aliases = [aliases] if isinstance(aliases, str) else list(aliases)
@@ -201,17 +205,24 @@ class ArgParser(argparse.ArgumentParser):
         if meta.get("help") is not None:
             kwargs["help"] = re.sub(r"%(?!\()", "%%", str(meta["help"]))  # argparse %-formats help
         default = _field_default(field)
+        is_bool = kwargs.get("type") is string_to_bool and kwargs.get("nargs") == "?"
+        if default is dataclasses.MISSING and is_bool:
+            default = None if _is_union(tp) else False  # as upstream: a bare bool flag is optional, False
         if default is dataclasses.MISSING:
             kwargs["required"] = True
         else:
             kwargs["default"] = default
         target.add_argument(*options, dest=field.name, **kwargs)
-        if kwargs.get("type") is string_to_bool and kwargs.get("nargs") == "?" and default is True:
+        # --no_flag for a bool defaulting to True, and for a tri-state one left unset (--no_tf32, seed 001)
+        if is_bool and (default is True or (default is None and _is_union(tp))):
             no_options = [f"--no_{field.name}"]
             if "_" in field.name:
                 no_options.append(f"--no-{field.name.replace('_', '-')}")
-            target.add_argument(*no_options, action="store_false", dest=field.name, default=True,
-                                help=f"set {field.name} to False")
+            taken = getattr(target, "_option_string_actions", {})
+            no_options = [o for o in no_options if o not in taken and o.lstrip("-") not in reserved]
+            if no_options:
+                target.add_argument(*no_options, action="store_false", dest=field.name, default=default,
+                                    help=f"set {field.name} to False")
 
     # ----------------------------------------------------------------------------------------- command line
     def _read_args_files(self, args: list[str], look_for_args_file: bool, args_filename: str | Path | None,

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ExportableState", "TrainerControl", "TrainerState"]
+__all__ = ["ExportableState", "TrainerControl", "TrainerState", "trainer_state_problems"]
 
 
 class ExportableState:
@@ -57,6 +57,70 @@ def _export_callbacks(callbacks: list[Any]) -> dict[str, Any]:
         else:
             exported[name] = [exported[name], callback.state()]
     return exported
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _optional(check: Any) -> Any:
+    return lambda value: value is None or check(value)
+
+
+def _is_callback_state(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(value.get(k, {}), dict) for k in ("args", "attributes"))
+
+
+def _is_callback_states(value: Any) -> bool:
+    return isinstance(value, dict) and all(
+        _is_callback_state(entry) or (isinstance(entry, list) and all(_is_callback_state(e) for e in entry))
+        for entry in value.values())
+
+
+# Field -> (check, what it must be). The types are those upstream's TrainerState writes.
+_SCHEMA: dict[str, tuple[Any, str]] = {
+    "epoch": (_optional(_is_number), "a number or null"),
+    "global_step": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "max_steps": (_is_int, "an integer"),
+    "logging_steps": (_is_number, "a number"),
+    "eval_steps": (_is_number, "a number"),
+    "save_steps": (_is_number, "a number"),
+    "train_batch_size": (_optional(_is_int), "an integer or null"),
+    "num_train_epochs": (_is_number, "a number"),
+    "num_input_tokens_seen": (_is_number, "a number"),
+    "total_flos": (_is_number, "a number"),
+    "log_history": (_optional(lambda v: isinstance(v, list) and all(isinstance(e, dict) for e in v)),
+                    "a list of objects"),
+    "best_metric": (_optional(_is_number), "a number or null"),
+    "best_global_step": (_optional(_is_int), "an integer or null"),
+    "best_model_checkpoint": (_optional(lambda v: isinstance(v, str)), "a string or null"),
+    "is_local_process_zero": (lambda v: isinstance(v, bool), "true or false"),
+    "is_world_process_zero": (lambda v: isinstance(v, bool), "true or false"),
+    "is_hyper_param_search": (lambda v: isinstance(v, bool), "true or false"),
+    "trial_name": (_optional(lambda v: isinstance(v, str)), "a string or null"),
+    "trial_params": (_optional(lambda v: isinstance(v, dict)), "an object or null"),
+    "stateful_callbacks": (_optional(_is_callback_states),
+                           'an object {class name: {"args": {...}, "attributes": {...}} or a list of them}'),
+}
+
+
+def trainer_state_problems(data: Any) -> list[str]:
+    """What is wrong with ``data`` (parsed ``trainer_state.json``) as a TrainerState; ``[]`` when it is valid.
+
+    Keys this version does not know are allowed (a newer upstream may add some); known keys must hold the type
+    upstream writes, so a damaged or hand-edited file is refused before anything is restored from the checkpoint.
+    """
+    if not isinstance(data, dict):
+        return [f"expected a JSON object of TrainerState fields, found {type(data).__name__}"]
+    problems = [f"{key!r} must be {what}, found {data[key]!r:.60}"
+                for key, (check, what) in _SCHEMA.items() if key in data and not check(data[key])]
+    if "global_step" not in data:
+        problems.append("'global_step' is missing")
+    return problems
 
 
 @dataclass
@@ -111,7 +175,10 @@ class TrainerState:
 
     @classmethod
     def load_from_json(cls, json_path: str | os.PathLike) -> TrainerState:
-        """Read a state written by :meth:`save_to_json`; keys this version does not know are ignored."""
+        """Read a state written by :meth:`save_to_json` (or upstream's); keys this version does not know are ignored.
+
+        Raises ValueError naming the file when it is not valid JSON or its fields have the wrong types.
+        """
         try:
             with open(json_path, encoding="utf-8") as handle:
                 data = json.load(handle)
@@ -120,6 +187,10 @@ class TrainerState:
                 f"{os.fspath(json_path)} is not valid json ({err}); the checkpoint's trainer_state.json "
                 "is damaged: resume from another checkpoint."
             ) from err
+        problems = trainer_state_problems(data)
+        if problems:
+            raise ValueError(f"{os.fspath(json_path)} is not a valid trainer state ({'; '.join(problems)}); "
+                             "resume from another checkpoint or fix the file.")
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
 

@@ -17,26 +17,28 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from . import reporting
+from .accelerate_env import apply_accelerate_env
 from .args import TrainingArguments
 from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from .callbacks.integrations import get_reporting_integration_callbacks
 from .trainer_checkpoints import TrainerCheckpointing
+from .trainer_compat import TrainerCompat
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from .data.loader import build_dataloader, has_length
 from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
-from .distributed import mean_across_ranks
 from .events import CallbackHandler
 from .loops.eval_loop import EvaluationMixin
-from .loops.train_loop import DataPosition, TrainPlan, run_training
+from .loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from .logging_utils import setup_process_logging
 from .losses import LabelSmoother, extract_loss
 from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          forward_parameters, unwrap_model)
+                          find_labels, forward_parameters, unwrap_model)
 from .optim import create_optimizer as build_optimizer
 from .optim import get_decay_parameter_names
+from .overrides import accepts, call_override
 from .schedules import get_scheduler
 from .state import TrainerControl, TrainerState
 from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
@@ -46,12 +48,19 @@ logger = logging.getLogger("trainwell.trainer")
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 
-class Trainer(EvaluationMixin, TrainerCheckpointing):
+class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
     ``compute_loss``, ``training_step``, ``create_optimizer``, ``get_train_dataloader``... exactly as there.
     """
+
+    # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
+    # for a per-micro-batch mean; None decides from num_items_in_batch.
+    loss_is_scaled_for_ga: bool | None = None
+    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every accumulation window
+    # (the number of micro-batches in it, or total rows / this micro-batch's rows when their sizes differ).
+    current_gradient_accumulation_steps: int | float = 1
 
     def __init__(
         self,
@@ -74,6 +83,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
         self.args = args
+        apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
         if tokenizer is not None:
             warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
@@ -101,7 +111,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
         self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
-        self.label_names = list(args.label_names) if args.label_names else ["labels"]
+        # upstream infers them from forward (QA models: start/end_positions); a forward(**kwargs) keeps ["labels"]
+        inferred = find_labels(self.model) or ["labels"]
+        self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
                                   is_world_process_zero=self.is_world_process_zero())
@@ -113,6 +125,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.is_in_train = False
         self.current_flos = 0.0
         self._skipped_steps = 0
+        self._warned_non_finite = False
+        # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
+        self._train_batch_size = self._requested_batch_size = args.train_batch_size
+        self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
         self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
@@ -182,7 +198,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                                                  description=description)
         sampler = None
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
-            sampler = self._get_train_sampler(dataset) if train else self._get_eval_sampler(dataset)
+            # an override of the older _get_train_sampler(self) reads self.train_dataset itself
+            sampler = (call_override(self, "_get_train_sampler", dataset) if train
+                       else self._get_eval_sampler(dataset))
         generator = torch.Generator()
         generator.manual_seed(self.args.seed)
         return build_dataloader(
@@ -192,13 +210,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             persistent_workers=self.args.dataloader_persistent_workers,
             prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=seed_worker, generator=generator)
 
-    def _get_train_sampler(self, dataset: Any) -> Any:
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
         if self.args.group_by_length:
             lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
-            return LengthGroupedSampler(lengths, self.args.train_batch_size * self.args.gradient_accumulation_steps,
+            return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
                                         **common)
         return ResumableSampler(len(dataset), shuffle=True, drop_last=self.args.dataloader_drop_last, **common)
 
@@ -209,11 +228,12 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         from .data.samplers import EvalShardSampler
 
         return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
-                                num_replicas=self.args.world_size, rank=self.args.process_index)
+                                num_replicas=self.args.world_size, rank=self.args.process_index,
+                                drop_last=self.args.dataloader_drop_last)
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""
-        return self._build_dataloader(self.train_dataset, batch_size=self.args.train_batch_size, train=True,
+        return self._build_dataloader(self.train_dataset, batch_size=self._train_batch_size, train=True,
                                       description="train")
 
     # ------------------------------------------------------------------------------------- optimizer, scheduler
@@ -247,7 +267,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
         """``create_optimizer`` then ``create_scheduler``."""
         self.create_optimizer()
-        self.create_scheduler(num_training_steps=num_training_steps, optimizer=self.optimizer)
+        # an override with the older signature create_scheduler(self, num_training_steps) gets no optimizer
+        call_override(self, "create_scheduler", num_training_steps=num_training_steps, optimizer=self.optimizer)
 
     def _scheduler_needs_metrics(self) -> bool:
         return isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
@@ -301,6 +322,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             loss = self.label_smoother(outputs, labels)
         else:
             loss = extract_loss(outputs, inputs, self.label_names)
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
+                (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
+            loss = loss * self.args.world_size
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
@@ -308,7 +333,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         """Forward and backward on one micro-batch; returns the detached loss (already divided for accumulation)."""
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
-        # per-micro-batch mean, so it is divided by the accumulation steps like any other.
+        # per-micro-batch mean, so it is divided like any other.
         takes_items = self._compute_loss_takes_num_items()
         with self.compute_loss_context_manager():
             if takes_items:
@@ -317,33 +342,36 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
                 loss = self.compute_loss(model, inputs)
         if self._n_gpu > 1:
             loss = loss.mean()
-        normalised = takes_items and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None)
-        ga = self.args.gradient_accumulation_steps
-        if ga > 1 and (num_items_in_batch is None or not normalised):
-            loss = loss / ga
+        scaled = self.loss_is_scaled_for_ga
+        if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
+            scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
+        if not scaled and self.current_gradient_accumulation_steps != 1:
+            # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
+            loss = loss / self.current_gradient_accumulation_steps
         self.backend.backward(loss)
         return loss.detach()
 
     def _compute_loss_takes_num_items(self) -> bool:
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
-        cached = self.__dict__.get("_loss_takes_num_items")
-        if cached is None:
-            params = inspect.signature(self.compute_loss).parameters.values()
-            cached = any(p.name == "num_items_in_batch" or p.kind is p.VAR_KEYWORD for p in params)
-            self._loss_takes_num_items = cached
-        return cached
+        return accepts(self, "compute_loss").takes("num_items_in_batch")
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
     def _count_items(self, group: list[Any]) -> torch.Tensor | None:
-        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly."""
+        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly;
+        summed over the ranks with ``average_tokens_across_devices`` (then ``compute_loss`` scales the loss back)."""
         counts = [b["labels"].ne(-100).sum() for b in group
                   if isinstance(b, Mapping) and isinstance(b.get("labels"), torch.Tensor)]
         if not counts:
             return None
         total = torch.stack(counts).sum() if len(counts) > 1 else counts[0]
-        return total.to(self.args.device)
+        total = total.to(self.args.device)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(total)  # the items of the whole global batch (one collective per optimizer step)
+        return total
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
@@ -403,6 +431,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
         if resume_from_checkpoint is False:
             resume_from_checkpoint = None
+        self._apply_trial_params(trial)  # a dict of hyper-parameters (Ray Tune, W&B sweeps) sets the arguments
         self._memory_tracker.start()
         self.is_in_train = True
         if self.model_init is not None:
@@ -410,12 +439,21 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             self._adopt_model(self.call_model_init(trial))
             self.optimizer, self.lr_scheduler = None, None
         resume_from = self._resolve_resume(resume_from_checkpoint)
+        if self.args.train_batch_size != self._requested_batch_size:  # new arguments (a hyperparameter search trial)
+            self._train_batch_size = self._requested_batch_size = self.args.train_batch_size
         try:
             with self._preemption_scope():
+                if self.args.auto_find_batch_size:
+                    from .loops.batch_size import train_finding_batch_size
+
+                    return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
+                                                    ignore_keys_for_eval=ignore_keys_for_eval)
                 return run_training(self, resume_from=resume_from, trial=trial,
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
             self.is_in_train = False
+            self._release_output_dir()
+            self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
 
     def _init_state(self, plan: TrainPlan) -> None:
         """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
@@ -425,7 +463,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         self.state.compute_steps(self.args, plan.max_steps)
         self.state.max_steps = plan.max_steps
         self.state.num_train_epochs = plan.num_epochs
-        self.state.train_batch_size = self.args.train_batch_size
+        self.state.train_batch_size = self._train_batch_size
         self.state.epoch = 0.0
         self.control = TrainerControl()
         self.current_flos = 0.0
@@ -464,72 +502,45 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
             if self._is_new_best(metrics) and self.args.save_strategy == SaveStrategy.BEST:
                 self.control.should_save = True
         if self.control.should_save:
-            self._save_checkpoint(model, trial, tr_loss=tr_loss)
+            call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
-        steps = self.state.global_step - self._globalstep_last_logged
-        self._settle_loss_window(tr_loss)
-        window = mean_across_ranks(tr_loss).item()  # the loss of the whole global batch, as one process logs it
-        tr_loss.zero_()
-        self._window_base = 0.0
-        if not math.isfinite(window) or self._window_filtered:
-            self._check_diverged(window, steps)
-        self._window_filtered = False
+        steps = self.state.global_step - self._loop.last_logged_step
+        window = self._loop.close_window(self.state.global_step)
+        if not math.isfinite(window) and not self._warned_non_finite:
+            # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
+            # StopOnNonFiniteLossCallback.
+            self._warned_non_finite = True
+            logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
+                           "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
+                           "diverge.", window, steps, self.state.global_step)
         logs: dict[str, float] = {"loss": window / steps}
         if grad_norm is not None:
             logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
         logs["learning_rate"] = self._get_learning_rate()
-        self._total_loss_scalar += window
-        self._globalstep_last_logged = self.state.global_step
         self.store_flos()
         self.log(logs)
 
-    def _settle_loss_window(self, tr_loss: torch.Tensor) -> float:
-        """The loss summed since the last log, with ``logging_nan_inf_filter`` applied; one device sync.
+    @property
+    def _total_loss_scalar(self) -> float:
+        """The loss of the logged windows summed (upstream's attribute, read by some callbacks and subclasses)."""
+        return self._loop.total_loss if self._loop is not None else 0.0
 
-        The filter (as upstream) counts a nan/inf micro-batch loss as the window's running average. The loop only
-        records the step losses; they are replayed here, and only when the sum is not finite, so the hot path
-        pays a list append instead of tensor operations.
-        """
-        total = tr_loss.item()
-        steps = self._window_losses
-        if not steps:
-            return total
-        if not math.isfinite(total):
-            total = self._window_base
-            ga = self.args.gradient_accumulation_steps
-            for global_step, loss in steps:
-                value = float(loss)
-                window = 1 + global_step - self._globalstep_last_logged
-                total += value if math.isfinite(value) else total / (window * ga)
-            tr_loss.fill_(total)
-            self._window_filtered = True
-        steps.clear()
-        self._window_base = total
-        return total
+    @_total_loss_scalar.setter
+    def _total_loss_scalar(self, value: float) -> None:
+        if self._loop is not None:
+            self._loop.total_loss = value
 
-    def _check_diverged(self, window: float, steps: int) -> None:
-        """A non-finite loss: warn when the weights are still finite (fp16 overflow, skipped), else stop clearly.
+    @property
+    def _globalstep_last_logged(self) -> int:
+        """The global step of the last training log (upstream's attribute)."""
+        return self._loop.last_logged_step if self._loop is not None else 0
 
-        With ``logging_nan_inf_filter`` the window is finite (the bad steps were replaced): then only the weights
-        are checked, silently.
-        """
-        finite = all(torch.isfinite(p).all() for p in self.model.parameters())
-        if math.isfinite(window):
-            window = float("nan")  # the real loss, filtered out of the logged window
-            if finite:
-                return
-        if finite:
-            logger.warning("The training loss was %s in some of the last %d steps (the weights are still finite; "
-                           "with fp16 these steps were skipped by the loss scaler).", window, steps)
-            return
-        last = getattr(self, "_last_checkpoint", None)
-        raise FloatingPointError(
-            f"Training diverged: the loss is {window} at step {self.state.global_step} and the model weights contain "
-            f"NaN/inf. Lower learning_rate, set max_grad_norm (clipping), check the inputs/labels for NaN, or use "
-            f"bf16 instead of fp16. Nothing was saved at this step; the last checkpoint is {last or 'none'}."
-        )
+    @_globalstep_last_logged.setter
+    def _globalstep_last_logged(self, value: int) -> None:
+        if self._loop is not None:
+            self._loop.last_logged_step = value
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:
@@ -563,10 +574,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
-        self._settle_loss_window(tr_loss)
-        self._total_loss_scalar += mean_across_ranks(tr_loss).item()
         steps = max(self.state.global_step, 1)
-        train_loss = self._total_loss_scalar / steps
+        train_loss = self._loop.final_total() / steps
         if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
             self._load_best_model()
         if plan.micro_batches_per_epoch:
@@ -580,7 +589,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing):
         metrics["train_loss"] = train_loss
         metrics["epoch"] = self.state.epoch
         self.is_in_train = False
-        self._memory_tracker.stop_and_update_metrics(metrics)
+        self._memory_tracker.stop_and_update_metrics(metrics, stage="train")
         self.log(metrics)
         self._rotate_checkpoints_at_end()
         self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)

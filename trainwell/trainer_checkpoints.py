@@ -7,7 +7,6 @@ A mixin of :class:`trainwell.trainer.Trainer` (kept apart so the facade stays sm
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -17,12 +16,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete
+from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints
+from .checkpoint.lock import OutputDirLock, OutputDirLockedError
 from .checkpoint.manager import CheckpointContents, CheckpointManager
 from .checkpoint.preemption import PreemptionGuard
 from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
+from .overrides import call_override
 from .state import TrainerState
 
 logger = logging.getLogger("trainwell.trainer")
@@ -43,6 +44,7 @@ class TrainerCheckpointing:
                                               trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
         self._last_checkpoint: Path | None = None
         self._resume_with_fallback = False
+        self._output_dir_lock: OutputDirLock | None = None
         self.preempted = False
         self._preemption: PreemptionGuard | None = None
         self._preemption_collective = False
@@ -50,13 +52,8 @@ class TrainerCheckpointing:
 
     def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it."""
-        data_state = None
-        if tr_loss is not None:
-            position: DataPosition = self._position
-            position.tr_loss = float(tr_loss.item())
-            position.total_loss = self._total_loss_scalar
-            position.last_logged_step = self._globalstep_last_logged
-            data_state = {**position.to_dict(), "global_step": self.state.global_step}
+        # every rank's running loss is gathered (a collective: _contents runs on every rank at save time)
+        data_state = self._loop.data_state(self.state.global_step) if tr_loss is not None else None
         sharded = self.backend.caps.sharded_state
         return CheckpointContents(
             # A sharded backend saves and loads the optimizer state itself (collectively, in backend.save/load).
@@ -67,16 +64,68 @@ class TrainerCheckpointing:
             model_state_dict=self.backend.full_state_dict() if sharded else None)
 
     def _resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
-        """The checkpoint folder to resume from (None to start fresh); removes half-written checkpoints first."""
+        """The checkpoint folder to resume from (None to start fresh).
+
+        Takes the ``output_dir`` lock first (world process zero; released by :meth:`_release_output_dir`), then
+        removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone.
+        """
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
-        if self.args.should_save:
-            removed = cleanup_incomplete(self.args.output_dir)
-            if removed:
-                logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
-                               [str(p) for p in removed])
-        self._resume_with_fallback = resume_from_checkpoint is True
-        return self._checkpoints.resolve_resume(resume_from_checkpoint)
+        self._lock_output_dir()
+        try:
+            if self.args.should_save:
+                removed = cleanup_incomplete(self.args.output_dir)
+                if removed:
+                    logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
+                                   [str(p) for p in removed])
+            self._resume_with_fallback = resume_from_checkpoint is True
+            folder = self._checkpoints.resolve_resume(resume_from_checkpoint)
+        except BaseException:
+            self._release_output_dir()
+            raise
+        self._warn_foreign_checkpoints(folder)
+        return folder
+
+    def _lock_output_dir(self) -> None:
+        """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
+        (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
+        error: OutputDirLockedError | None = None
+        if self.args.process_index == 0 and self._output_dir_lock is None and self.args.output_dir:
+            lock = OutputDirLock(self.args.output_dir)
+            try:
+                lock.acquire()
+                self._output_dir_lock = lock
+            except OutputDirLockedError as err:
+                error = err
+            except OSError as err:  # a read-only output_dir: nothing of this run can collide there
+                logger.warning("Could not lock output_dir %s (%s); training without the lock, so make sure no other "
+                               "trainer uses this folder", self.args.output_dir, err)
+        if self.args.world_size > 1:
+            from .distributed import all_gather_object, is_dist
+
+            if is_dist():
+                message = all_gather_object(str(error) if error is not None else None)[0]
+                if message is not None and error is None:
+                    error = OutputDirLockedError(f"(reported by rank 0) {message}")
+        if error is not None:
+            raise error
+
+    def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
+        """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
+        if not self.args.should_save or self.args.save_strategy == "no":
+            return
+        start = resume_from.resolve() if resume_from is not None else None
+        newer = [p for p in list_foreign_checkpoints(self.args.output_dir) if p.resolve() != start]
+        if newer:
+            logger.warning("output_dir holds checkpoint folders trainwell did not write (no marker): %s. They are "
+                           "never deleted nor rotated, and a save at the same step fails instead of replacing them; "
+                           "move them elsewhere if this run may reach those steps.", [p.name for p in newer])
+
+    def _release_output_dir(self) -> None:
+        """Release the ``output_dir`` lock taken by :meth:`_resolve_resume` (a no-op when not held)."""
+        lock, self._output_dir_lock = self._output_dir_lock, None
+        if lock is not None:
+            lock.release()
 
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
@@ -100,15 +149,25 @@ class TrainerCheckpointing:
             data_state = {**(data_state or {}), "epoch": self.state.global_step // per_epoch,
                           "batches_in_epoch": (self.state.global_step % per_epoch)
                           * self.args.gradient_accumulation_steps}
-        return DataPosition.from_dict(data_state)
+        if "last_logged_step" not in data_state:
+            # no loss accumulators (another tool's checkpoint): the first logging window starts here, as upstream's
+            data_state["last_logged_step"] = self.state.global_step
+        position = DataPosition.from_dict(data_state)
+        if self.state.global_step >= self._plan.max_steps:
+            # A finished run's final checkpoint (a requeue after the end): no step past max_steps (upstream trains one
+            # more when the last step falls mid-epoch). An empty epoch range ends the loop before its first step.
+            logger.info("Training is already complete: the checkpoint is at global_step %d and max_steps is %d; no "
+                        "further step is trained.", self.state.global_step, self._plan.max_steps)
+            position.epoch, position.batches_in_epoch = self._plan.num_epochs, 0
+        return position
 
     def _data_shape_changed(self, data_state: dict[str, Any]) -> bool:
         """Whether the saved position counts batches of another size or epochs of another length (then warn)."""
         plan, saved_batch = self._plan, data_state.get("train_batch_size")
         saved_per_epoch = data_state.get("batches_per_epoch")
         changes = []
-        if saved_batch is not None and saved_batch != self.args.train_batch_size:
-            changes.append(f"train_batch_size {saved_batch} -> {self.args.train_batch_size}")
+        if saved_batch is not None and saved_batch != self._train_batch_size:
+            changes.append(f"train_batch_size {saved_batch} -> {self._train_batch_size}")
         if saved_per_epoch is not None and plan.micro_batches_per_epoch is not None and \
                 saved_per_epoch != plan.micro_batches_per_epoch:
             changes.append(f"batches per epoch {saved_per_epoch} -> {plan.micro_batches_per_epoch}")
@@ -134,34 +193,56 @@ class TrainerCheckpointing:
         loaded.compute_steps(self.args, plan.max_steps)
         loaded.max_steps = plan.max_steps
         loaded.num_train_epochs = plan.num_epochs
-        loaded.train_batch_size = self.args.train_batch_size
+        loaded.train_batch_size = self._train_batch_size
         self.state = loaded
         if self.args.restore_callback_states_from_checkpoint and loaded.stateful_callbacks:
             self._restore_callback_states(loaded.stateful_callbacks)
 
     def _restore_callback_states(self, saved: dict[str, Any]) -> None:
-        for callback in self.callback_handler.callbacks:
-            entry = saved.get(type(callback).__name__)
-            if entry is None or not hasattr(callback, "state"):
+        """Restore ``stateful_callbacks`` (upstream's format) onto this trainer's callbacks and control.
+
+        Saved states are matched to the callbacks of the same class name, in order (the k-th saved state of a class
+        goes to its k-th callback). Each callback is rebuilt from the saved constructor ``args`` (the new instance's
+        fields are copied into the existing object, so references the user holds see the restored state), then the
+        saved ``attributes`` are set. States without a matching callback are reported and ignored.
+        """
+        exportable = [cb for cb in self.callback_handler.callbacks if _is_exportable(cb)]
+        not_found = []
+        for name, entries in saved.items():
+            entries = entries if isinstance(entries, list) else [entries]
+            if name == type(self.control).__name__:
+                self.control = _rebuilt(self.control, entries[0])
                 continue
-            entry = entry[0] if isinstance(entry, list) else entry
-            for key, value in entry.get("attributes", {}).items():
-                setattr(callback, key, value)
+            targets = [cb for cb in exportable if type(cb).__name__ == name]
+            if not targets:
+                not_found.append(name)
+            elif len(targets) != len(entries):
+                logger.warning("The checkpoint holds %d states of %s but the trainer has %d such callbacks; restoring "
+                               "the first %d in order", len(entries), name, len(targets),
+                               min(len(entries), len(targets)))
+            for callback, entry in zip(targets, entries):
+                _rebuilt(callback, entry)
+        if not_found:
+            logger.warning("Checkpoint included callbacks not included in current configuration. Ignoring. (%s)",
+                           ", ".join(not_found))
 
     def _export_callback_states(self) -> dict[str, Any]:
+        """``{class name: state()}`` (a list of states for several callbacks of one class), the control last."""
         exported: dict[str, Any] = {}
-        for callback in self.callback_handler.callbacks:
-            if hasattr(callback, "state") and callable(callback.state):
-                exported[type(callback).__name__] = callback.state()
-        exported["TrainerControl"] = self.control.state()
+        for callback in [*self.callback_handler.callbacks, self.control]:
+            if not _is_exportable(callback):
+                continue
+            name, state = type(callback).__name__, callback.state()
+            if name not in exported:
+                exported[name] = state
+            elif isinstance(exported[name], list):
+                exported[name].append(state)
+            else:
+                exported[name] = [exported[name], state]
         return exported
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
-        if tr_loss is not None:
-            window = self._settle_loss_window(tr_loss)
-            if not math.isfinite(window) or self._window_filtered:
-                self._check_diverged(window, self.state.global_step - self._globalstep_last_logged)
         step = self.state.global_step
         folder = self._checkpoints.checkpoint_dir(step)
         if self.state.best_global_step == step and self.args.metric_for_best_model:
@@ -200,7 +281,8 @@ class TrainerCheckpointing:
     def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """Called after each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True.
 
-        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"``. Sets
+        The checkpoint is skipped when this step was just saved, or with ``save_strategy="no"`` (unless
+        ``enable_jit_checkpoint``, upstream's preemption switch, asks for it). Sets
         ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
         """
         if self.control.should_training_stop or not self._preemption_requested():
@@ -208,11 +290,11 @@ class TrainerCheckpointing:
         step = self.state.global_step
         name = self._preemption.signal_name or "a stop request"
         folder = self._checkpoints.checkpoint_dir(step)
-        if self.args.save_strategy == "no":
+        if self.args.save_strategy == "no" and not self.args.enable_jit_checkpoint:
             where = "no checkpoint saved (save_strategy='no')"
         else:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
-                folder = self._save_checkpoint(model, trial, tr_loss=tr_loss)
+                folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
             where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
         self.preempted = True
@@ -247,6 +329,32 @@ class TrainerCheckpointing:
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+
+
+def _is_exportable(callback: Any) -> bool:
+    """An ExportableState: trainwell's mixin, or a class written against upstream's (same name, same contract)."""
+    return any(base.__name__ == "ExportableState" for base in type(callback).__mro__) and callable(
+        getattr(callback, "state", None))
+
+
+def _rebuilt(callback: Any, entry: dict[str, Any]) -> Any:
+    """``callback`` with the constructor ``args`` and ``attributes`` of a saved ``state()`` applied; returns it."""
+    args, attributes = entry.get("args") or {}, entry.get("attributes") or {}
+    if args:
+        try:
+            fresh = type(callback)(**args)
+        except TypeError as err:
+            logger.warning("Cannot rebuild %s from the saved arguments %s (%s); restoring its attributes only",
+                           type(callback).__name__, args, err)
+        else:
+            try:
+                vars(callback).update(vars(fresh))
+            except TypeError:  # no __dict__ (slots): set the constructor's fields one by one
+                for key, value in args.items():
+                    setattr(callback, key, value)
+    for key, value in attributes.items():
+        setattr(callback, key, value)
+    return callback
 
 
 __all__ = ["TrainerCheckpointing", "TRAINER_STATE_NAME"]

@@ -214,12 +214,12 @@ def seed_worker(worker_id: int) -> None:
 def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
     """Path of the ``checkpoint-<step>`` sub-folder of ``folder`` with the highest step, or None.
 
-    Only complete checkpoints count: a folder still being written (or left half-written by a crash) is
-    skipped, see :mod:`trainwell.checkpoint`.
+    trainwell's folders in the middle of being written (``.tmp-checkpoint-*``) are skipped; a ``checkpoint-<step>``
+    folder written by another tool (the upstream Trainer) counts, as upstream. See :mod:`trainwell.checkpoint`.
     """
-    from .checkpoint.layout import list_complete_checkpoints
+    from .checkpoint.layout import list_resumable_checkpoints
 
-    found = list_complete_checkpoints(folder)
+    found = list_resumable_checkpoints(folder)
     return str(found[-1]) if found else None
 
 

@@ -63,10 +63,16 @@ def test_units_by_size_children_first() -> None:
     assert chosen == [net.embed, net.layers[0].linear, net.layers[1].linear]
 
 
-def test_fsdp_refuses_fp16_and_double_checkpointing() -> None:
+def test_fsdp_fp16_uses_autocast_and_a_sharded_scaler() -> None:
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
     args = SimpleNamespace(fsdp="full_shard", fsdp_config={}, fp16=True, bf16=False, gradient_checkpointing=False)
-    with pytest.raises(ValueError, match="bf16=True"):
-        FSDPBackend(args, torch.device("cpu"), Precision(torch.device("cpu")))
+    backend = FSDPBackend(args, torch.device("cpu"), Precision(torch.device("cpu"), dtype=torch.float16))
+    assert isinstance(backend.scaler, ShardedGradScaler) and backend.scaler.is_enabled()
+    assert backend.mp_policy is None and not backend.caps.owns_precision  # fp32 shards, fp16 autocast
+
+
+def test_fsdp_refuses_double_checkpointing() -> None:
     args = SimpleNamespace(fsdp="full_shard", fsdp_config={"activation_checkpointing": True}, fp16=False,
                            bf16=True, gradient_checkpointing=True)
     with pytest.raises(ValueError, match="gradient_checkpointing"):

@@ -114,16 +114,32 @@ def test_one_process_under_a_launcher_uses_the_single_backend(env: pytest.Monkey
     assert args.world_size == 1 and args.parallel_mode.value == "distributed"
 
 
-@pytest.mark.parametrize("n, batch, replicas", [(13, 2, 2), (8, 2, 2), (1, 4, 3), (10, 3, 4)])
-def test_eval_shard_sampler_gathers_back_to_dataset_order(n: int, batch: int, replicas: int) -> None:
-    shards = [list(EvalShardSampler(n, batch_size=batch, num_replicas=replicas, rank=r)) for r in range(replicas)]
-    assert len({len(s) for s in shards}) == 1  # every rank runs the same number of batches
-    gathered = []
-    for b in range(len(shards[0]) // batch):  # what the eval loop gathers, batch by batch, in rank order
-        for shard in shards:
-            gathered.extend(shard[b * batch:(b + 1) * batch])
-    assert gathered[:n] == list(range(n))
-    assert set(gathered[n:]) <= {n - 1}  # padding repeats the last sample and is cut by the loop
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n, batch, replicas", [(13, 2, 2), (8, 2, 2), (1, 4, 3), (10, 3, 4), (37, 8, 2),
+                                                (29, 4, 2), (7, 1, 2), (5, 8, 3)])
+def test_eval_shard_sampler_gathers_back_to_dataset_order(n: int, batch: int, replicas: int,
+                                                          drop_last: bool) -> None:
+    from torch.utils.data import DataLoader
+
+    samplers = [EvalShardSampler(n, batch_size=batch, num_replicas=replicas, rank=r, drop_last=drop_last)
+                for r in range(replicas)]
+    # what each rank's DataLoader yields, cut to its real samples as the evaluation loop does
+    loaders = [list(DataLoader(list(range(n)), batch_size=batch, sampler=s, drop_last=drop_last)) for s in samplers]
+    assert len({len(batches) for batches in loaders}) == 1  # every rank runs the same number of batches
+    evaluated = n // batch * batch if drop_last else n
+    gathered, batches_seen = [], []
+    for step in range(len(loaders[0])):
+        for sampler, batches, left in zip(samplers, loaders, [s.num_real_samples for s in samplers]):
+            real = min(len(batches[step]), max(left - step * batch, 0))
+            if real:
+                batches_seen.append(batches[step][:real].tolist())
+                gathered.extend(batches[step][:real].tolist())
+    assert gathered == list(range(evaluated))  # every sample once, in dataset order, no duplicate
+    # each rank's batch is exactly one batch of a single-process evaluation
+    single = [b.tolist() for b in DataLoader(list(range(n)), batch_size=batch, drop_last=drop_last)]
+    assert batches_seen == single
+    assert sum(s.num_real_samples for s in samplers) == evaluated
+    assert all(len(s) == len(list(s)) for s in samplers)
 
 
 def test_eval_shard_sampler_rejects_bad_arguments() -> None:

@@ -77,8 +77,9 @@ def build_zero_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimi
 class DDPBackend(SingleDeviceBackend):
     """One process per device, the model replicated and wrapped in ``DistributedDataParallel``.
 
-    Reads ``ddp_find_unused_parameters`` (default False: pass True for models whose forward leaves some parameters
-    without gradient), ``ddp_bucket_cap_mb``, ``ddp_broadcast_buffers`` and ``sharded_ddp`` from the arguments.
+    Reads ``ddp_find_unused_parameters`` (unset: True unless gradient checkpointing is on, as upstream, so a model
+    whose forward leaves some parameters without gradient trains; set it to False to save DDP's graph walk on each
+    backward), ``ddp_bucket_cap_mb``, ``ddp_broadcast_buffers`` and ``sharded_ddp`` from the arguments.
     """
 
     def __init__(self, args: Any, device: torch.device, precision: Precision) -> None:
@@ -89,10 +90,13 @@ class DDPBackend(SingleDeviceBackend):
         self.caps = Capabilities(sharded_state=self.zero)
 
     # -- model -------------------------------------------------------------------------------------------------
-    def ddp_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``DistributedDataParallel`` from the training arguments."""
+    def ddp_kwargs(self, model: nn.Module | None = None) -> dict[str, Any]:
+        """Keyword arguments of ``DistributedDataParallel`` from the training arguments (and ``model``)."""
         args = self.args
-        kwargs: dict[str, Any] = {"find_unused_parameters": bool(args.ddp_find_unused_parameters)}
+        find_unused = args.ddp_find_unused_parameters
+        if find_unused is None:  # upstream's rule: find_unused_parameters breaks (reentrant) gradient checkpointing
+            find_unused = not (args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False))
+        kwargs: dict[str, Any] = {"find_unused_parameters": bool(find_unused)}
         if self.device.type == "cuda":
             kwargs["device_ids"] = [self.device.index if self.device.index is not None else 0]
             kwargs["output_device"] = kwargs["device_ids"][0]
@@ -114,7 +118,7 @@ class DDPBackend(SingleDeviceBackend):
         if not any(p.requires_grad for p in model.parameters()):
             raise ValueError("DistributedDataParallel needs at least one parameter with requires_grad=True; "
                              "unfreeze some parameters of the model before training")
-        self.wrapped = nn.parallel.DistributedDataParallel(model, **self.ddp_kwargs())
+        self.wrapped = nn.parallel.DistributedDataParallel(model, **self.ddp_kwargs(model))
         return self.wrapped
 
     def setup_optimization(self, optimizer: torch.optim.Optimizer, lr_scheduler: Any) -> None:

@@ -19,8 +19,9 @@ all-gathers its parameters for its forward and backward and reduce-scatters its 
 ``forward_prefetch`` (each unit prefetches the next one's all-gather in forward), ``cpu_ram_efficient_loading``
 (rank 0's weights are broadcast to every rank after sharding, as ``sync_module_states`` did); ``backward_prefetch``
 and ``limit_all_gathers`` are accepted: FSDP2 always prefetches the next unit in backward and bounds the in-flight
-all-gathers by design. ``bf16``/``fp16`` become a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
-reduced in fp32), which replaces autocast.
+all-gathers by design. ``bf16`` becomes a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
+reduced in fp32). ``fp16`` keeps fp32 shards: autocast computes in fp16 and a ``ShardedGradScaler`` scales the loss
+(the seeds' ``--fp16 --sharded_ddp zero_dp_2``).
 
 Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer state with
 ``torch.distributed.checkpoint`` into ``<checkpoint>/fsdp_state`` (every rank writes its shard: fast, but the
@@ -61,9 +62,8 @@ def fsdp_options(args: Any) -> set[str]:
 def _mixed_precision_policy(args: Any) -> Any:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    if getattr(args, "fp16", False):
-        raise ValueError("fp16=True with fsdp is not supported by trainwell (loss scaling of sharded gradients); "
-                         "use bf16=True with fsdp, or fp16 with plain DDP (no --fsdp)")
+    # fp16 keeps fp32 sharded parameters and gradients: autocast computes in fp16 and a ShardedGradScaler scales
+    # the loss (no fp16 reduce: the seeds' "--fp16 --sharded_ddp zero_dp_2" trains as it did with fairscale).
     if getattr(args, "bf16", False):
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return None
@@ -140,6 +140,10 @@ class FSDPBackend(SingleDeviceBackend):
             raise ValueError("fsdp_config['activation_checkpointing'] and gradient_checkpointing=True both ask for "
                              "activation checkpointing; keep only one of them")
         self.mp_policy = _mixed_precision_policy(args)
+        if self.scaler.is_enabled():  # fp16: found-inf is agreed across ranks, gradients are sharded DTensors
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+            self.scaler = precision.scaler = ShardedGradScaler(device.type)
         self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True)
         self._sharded = False
 

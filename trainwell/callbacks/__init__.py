@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..state import ExportableState, TrainerControl, TrainerState
 from .base import TrainerCallback
+from .divergence import StopOnNonFiniteLossCallback
 from .early_stopping import EarlyStoppingCallback
 from .flow import DefaultFlowCallback
 from .integrations import (
@@ -25,6 +26,7 @@ __all__ = [
     "MLflowCallback",
     "PrinterCallback",
     "ProgressCallback",
+    "StopOnNonFiniteLossCallback",
     "TensorBoardCallback",
     "TrainerCallback",
     "TrainerControl",

@@ -74,8 +74,12 @@ def _agree(manager: "CheckpointManager", error: BaseException | None) -> list[tu
 
 
 def candidates(manager: "CheckpointManager") -> list[Path]:
-    """The complete checkpoints of ``output_dir`` that every rank sees, newest first."""
-    mine = [p.name for p in layout.list_complete_checkpoints(manager.output_dir)]
+    """The resumable checkpoints of ``output_dir`` that every rank sees, newest first.
+
+    trainwell's (with the marker) and foreign ones (``checkpoint-<step>`` without it, e.g. the upstream Trainer's:
+    trainwell never leaves a half-written folder under that name), see :func:`layout.list_resumable_checkpoints`.
+    """
+    mine = [p.name for p in layout.list_resumable_checkpoints(manager.output_dir)]
     seen = manager.ranks.gather(mine)
     common = set(seen[0]).intersection(*map(set, seen[1:]))
     return [manager.output_dir / name for name in reversed(mine) if name in common]

@@ -5,8 +5,16 @@ A checkpoint is written into a hidden temporary folder next to its final place
 completion marker ``.complete`` get written (and fsynced) and the folder renamed to
 ``output_dir/checkpoint-<step>``. A crash (power loss, OOM kill, disk full, preemption without grace) at any
 moment therefore leaves either the previous checkpoints untouched plus a temporary folder, or a finished
-checkpoint; never a folder that looks complete but is not. Discovery (:func:`list_complete_checkpoints`,
-``trainer_utils.get_last_checkpoint``) only ever returns folders with the marker.
+checkpoint; never a folder that looks complete but is not.
+
+Who owns what (trainwell deletes only what it wrote):
+
+- ``checkpoint-<step>`` with the marker: trainwell's own; rotation (``save_total_limit``) may delete it.
+- ``checkpoint-<step>`` without the marker: a *foreign* checkpoint (written by the upstream ``Trainer`` or
+  copied by hand; trainwell's own writes only ever appear under that name complete, by rename). It is resumable
+  (:func:`list_resumable_checkpoints`; validated by loading it) but never deleted, never rotated, never replaced.
+- ``.tmp-checkpoint-<step>-<pid>``: trainwell's interrupted write; :func:`cleanup_incomplete` deletes it only when
+  ``<pid>`` is not a live process on this host (another trainer may be in the middle of a save).
 
 The marker holds a small JSON record (the relative path, size and checksum of every file) so that a later
 truncation, deletion or change of a file is detected before anything is loaded (:func:`verify_checkpoint`).
@@ -49,8 +57,8 @@ TRAINING_ARGS_NAME = "training_args.bin"
 TRAINING_ARGS_JSON_NAME = "training_args.json"
 DATA_STATE_NAME = "data_state.json"
 
-# ".tmp-checkpoint-12-4242" (a folder being written) or ".tmp-checkpoint-12-4242.old" (a replaced one).
-_re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-\d+(\.old)?$")
+# ".tmp-checkpoint-12-4242" (a folder being written) or ".tmp-checkpoint-12-4242.old" (a replaced or deleted one).
+_re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-(\d+)(\.old)?$")
 
 
 class CheckpointError(RuntimeError):
@@ -79,30 +87,77 @@ def _checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]
 
 
 def list_complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """The complete ``checkpoint-<step>`` folders of ``output_dir``, sorted by step ascending.
+    """The complete ``checkpoint-<step>`` folders of ``output_dir`` (trainwell's own), sorted by step ascending.
 
-    Folders without the completion marker are ignored; a missing ``output_dir`` gives ``[]``.
+    Folders without the completion marker (foreign checkpoints) are left out; a missing ``output_dir`` gives ``[]``.
+    Rotation works on this list only.
     """
     return [path for _, path in _checkpoint_folders(output_dir) if is_complete(path)]
 
 
+def is_foreign(folder: str | os.PathLike) -> bool:
+    """True for a ``checkpoint-<step>`` directory without trainwell's marker (written by another tool)."""
+    path = Path(folder)
+    return path.is_dir() and not (path / COMPLETE_MARKER).is_file()
+
+
+def list_foreign_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The ``checkpoint-<step>`` folders of ``output_dir`` that trainwell did not write (no marker), by step."""
+    return [path for _, path in _checkpoint_folders(output_dir) if not is_complete(path)]
+
+
+def list_resumable_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """Every ``checkpoint-<step>`` folder of ``output_dir``, trainwell's and foreign ones, sorted by step ascending.
+
+    trainwell never leaves a half-written folder under a ``checkpoint-<step>`` name (it writes into a temporary
+    folder and renames it; a deletion renames first), so a folder without the marker is another tool's checkpoint
+    (e.g. the upstream ``Trainer``'s); it is validated when it is loaded.
+    """
+    return [path for _, path in _checkpoint_folders(output_dir)]
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process on this host (a process we may not signal counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:  # e.g. Windows without the process: treat as gone
+        return False
+    return True
+
+
+def _dead_temp_folders(root: Path) -> list[tuple[Path, re.Match]]:
+    """trainwell's temporary folders whose writing process is not alive on this host."""
+    found = []
+    for child in sorted(root.iterdir()):
+        match = _re_tmp.match(child.name)
+        if match and child.is_dir() and not pid_alive(int(match.group(2))):
+            found.append((child, match))
+    return found
+
+
 def list_incomplete(output_dir: str | os.PathLike) -> list[Path]:
-    """Left-overs of interrupted saves: ``.tmp-checkpoint-*`` folders and checkpoint folders without marker."""
+    """Left-overs of interrupted trainwell saves: ``.tmp-checkpoint-<step>-<pid>`` folders of dead processes.
+
+    A temporary folder of a live process (a save in progress) and every ``checkpoint-<step>`` folder are left out.
+    """
     root = Path(output_dir)
     if not root.is_dir():
         return []
-    temps = sorted(child for child in root.iterdir() if _re_tmp.match(child.name))
-    unmarked = [path for _, path in _checkpoint_folders(root) if not is_complete(path)]
-    return temps + unmarked
+    return [path for path, _ in _dead_temp_folders(root)]
 
 
 def _recover_interrupted_replace(root: Path) -> list[Path]:
     """Promote a complete temp folder whose final folder is missing (crash between the two renames)."""
     recovered = []
-    candidates = sorted(root.iterdir(), key=lambda p: p.name.endswith(".old"))  # new data before old data
-    for child in candidates:
-        match = _re_tmp.match(child.name)
-        if not match or not is_complete(child):
+    candidates = sorted(_dead_temp_folders(root), key=lambda item: item[0].name.endswith(".old"))  # new before old
+    for child, match in candidates:
+        if not is_complete(child):
             continue
         final = root / match.group(1)
         if not final.exists():
@@ -114,12 +169,12 @@ def _recover_interrupted_replace(root: Path) -> list[Path]:
 
 
 def cleanup_incomplete(output_dir: str | os.PathLike) -> list[Path]:
-    """Delete what :func:`list_incomplete` finds and return the deleted paths.
+    """Delete what :func:`list_incomplete` finds (trainwell's own dead temporary folders); returns the deleted paths.
 
     A complete temporary folder whose final folder is missing (the process died between moving an old
     checkpoint of the same step aside and renaming the new one into place) is renamed into place instead of
-    deleted. Call this from the main process only, before training starts: a save in progress in another
-    process would be deleted.
+    deleted. Foreign ``checkpoint-<step>`` folders, other files and the temporary folders of live processes are
+    never touched. Call it from the main process with the ``output_dir`` lock held (:mod:`.lock`).
     """
     root = Path(output_dir)
     if not root.is_dir():
@@ -265,8 +320,17 @@ def disk_full_error(err: OSError, final: Path) -> OSError:
         f"save_only_model=True to write smaller checkpoints"))
 
 
+def _refuse_foreign(final: Path) -> None:
+    if final.exists() and not is_complete(final):
+        raise CheckpointError(
+            f"{final} already exists and was not written by trainwell (it has no {COMPLETE_MARKER} marker), so "
+            f"trainwell will not replace it with checkpoint {final.name}; move it out of {final.parent} or use another "
+            "output_dir (the earlier checkpoints are intact)")
+
+
 def _replace_folder(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` is moved aside first and deleted afterwards."""
+    """Rename ``tmp`` to ``final``; an existing ``final`` (trainwell's) is moved aside first and deleted afterwards."""
+    _refuse_foreign(final)
     aside = None
     if final.exists():
         aside = final.parent / f"{TMP_PREFIX}{final.name}-{os.getpid()}.old"
@@ -295,6 +359,7 @@ def atomic_checkpoint_dir(final: str | os.PathLike) -> Iterator[Path]:
     re-raised: checkpoints already on disk are untouched.
     """
     final = Path(final)
+    _refuse_foreign(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
     if tmp.exists():
@@ -340,8 +405,25 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[Path], N
 
 
 def delete_checkpoint(folder: str | os.PathLike) -> None:
-    """Delete a checkpoint folder, removing its marker first so a crash mid-way leaves it incomplete."""
+    """Delete a checkpoint folder trainwell wrote (one with the marker); a foreign folder is left alone.
+
+    The marker is removed first and the folder renamed to a temporary name before the files go, so a crash
+    mid-way never leaves a partial folder under a ``checkpoint-<step>`` name (which would look foreign).
+    """
     path = Path(folder)
+    if not is_complete(path):
+        if path.exists():
+            logger.warning("not deleting %s: it has no %s marker, so trainwell did not write it", path,
+                           COMPLETE_MARKER)
+        return
     (path / COMPLETE_MARKER).unlink(missing_ok=True)
     _fsync_dir(path)
-    shutil.rmtree(path, ignore_errors=True)
+    doomed = path.parent / f"{TMP_PREFIX}{path.name}-{os.getpid()}.old"
+    if doomed.exists():
+        shutil.rmtree(doomed, ignore_errors=True)
+    try:
+        os.rename(path, doomed)
+        _fsync_dir(path.parent)
+    except OSError:
+        doomed = path
+    shutil.rmtree(doomed, ignore_errors=True)

@@ -91,15 +91,10 @@ def _torch_read(path: Path, what: str, trusted: bool = False) -> Any:
         raise CheckpointError(f"{path}: {what} file is missing from the checkpoint")
     try:
         return torch.load(path, map_location="cpu", weights_only=not trusted)
-    except pickle.UnpicklingError as err:
-        from .safe_pickle import OPT_IN, UnsafeCheckpointError
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as err:
+        from .safe_pickle import load_error
 
-        raise UnsafeCheckpointError(
-            f"{path}: the {what} state holds objects that safe loading refuses ({err}); make its state_dict() "
-            f"return only tensors, numbers, strings, lists and dicts, or, for a checkpoint you trust, pass {OPT_IN}"
-        ) from err
-    except (RuntimeError, EOFError, ValueError, OSError) as err:
-        raise CheckpointError(f"{path}: cannot read {what} state ({err}); the file is truncated or corrupt") from err
+        raise load_error(path, what, err) from err
 
 
 def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
@@ -233,15 +228,16 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------- discovery
 
     def resolve_resume(self, resume_from_checkpoint: bool | str | os.PathLike | None) -> Path | None:
-        """The folder to resume from: None/False -> None; True -> newest complete checkpoint; a path -> that folder.
+        """The folder to resume from: None/False -> None; True -> newest checkpoint; a path -> that folder.
 
-        Raises ValueError when True finds no complete checkpoint, or when the path does not exist or lacks the
-        completion marker.
+        Foreign checkpoints (``checkpoint-<step>`` folders without trainwell's marker, e.g. the upstream Trainer's)
+        count: they are validated when loaded. Raises ValueError when True finds no checkpoint, or when the path
+        does not exist or is an ``output_dir`` rather than a checkpoint folder.
         """
         if resume_from_checkpoint is None or resume_from_checkpoint is False:
             return None
         if resume_from_checkpoint is True:
-            found = layout.list_complete_checkpoints(self.output_dir)
+            found = layout.list_resumable_checkpoints(self.output_dir)
             if not found:
                 raise ValueError(f"no valid checkpoint found in {self.output_dir} (resume_from_checkpoint=True); "
                                  "train from scratch or pass the path of a checkpoint folder")
@@ -250,12 +246,12 @@ class CheckpointManager:
         if not folder.is_dir():
             raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: no such checkpoint folder")
         if not layout.is_complete(folder):
-            inside = layout.list_complete_checkpoints(folder)
-            hint = (f"; it looks like an output_dir: pass {inside[-1]} or resume_from_checkpoint=True"
-                    if inside else " (the save was interrupted?); if the folder was written by another tool and is "
-                    f"known to be complete, create the marker with `touch {folder / layout.COMPLETE_MARKER}`")
-            raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is not a complete checkpoint: "
-                             f"the marker file {layout.COMPLETE_MARKER} is missing{hint}")
+            inside = layout.list_resumable_checkpoints(folder)
+            if inside:
+                raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r} is an output_dir, not a "
+                                 f"checkpoint folder: pass {inside[-1]} or resume_from_checkpoint=True")
+            logger.info("%s has no %s marker: a checkpoint written by another tool (e.g. the upstream Trainer); "
+                        "it is validated while loading", folder, layout.COMPLETE_MARKER)
         return folder
 
     # ------------------------------------------------------------------------------------------ load
@@ -272,10 +268,10 @@ class CheckpointManager:
         from .weights import find_weights_file, match_state_dict, read_weights
 
         if verify:
-            self.verify(folder)
+            self.verify(folder)  # a foreign folder has no file list: loading it validates it
+        staged: dict[str, Any] = {"trainer_state_dict": self._read_trainer_state(folder)}
         state, origin = read_weights(folder)
-        staged: dict[str, Any] = {"model": match_state_dict(c.model, state, origin, strict=True,
-                                                            source=find_weights_file(folder))}
+        staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
         if load_optimizer:
             staged.update(self._read_training_state(folder, c))
         rng_path = folder / self.rng_file
@@ -286,10 +282,23 @@ class CheckpointManager:
         data_path = folder / layout.DATA_STATE_NAME
         staged["data_state"] = _read_json(data_path, "data state") if data_path.is_file() else None
         state_path = folder / layout.TRAINER_STATE_NAME
-        if state_path.is_file():
-            _read_json(state_path, "trainer state")
         staged["trainer_state_path"] = str(state_path) if state_path.is_file() else None
         return staged
+
+    @staticmethod
+    def _read_trainer_state(folder: Path) -> dict[str, Any] | None:
+        """``trainer_state.json`` checked against the TrainerState schema (None when absent); raises CheckpointError."""
+        from ..state import trainer_state_problems
+
+        path = folder / layout.TRAINER_STATE_NAME
+        if not path.is_file():
+            return None
+        data = _read_json(path, "trainer state")
+        problems = trainer_state_problems(data)
+        if problems:
+            raise CheckpointError(f"{path}: not a valid trainer state ({'; '.join(problems)}); the file was edited or "
+                                  "written by an incompatible tool: fix it, or resume from another checkpoint")
+        return data
 
     def _read_training_state(self, folder: Path, c: CheckpointContents) -> dict[str, Any]:
         staged: dict[str, Any] = {}

@@ -1,8 +1,10 @@
 """Random-number-generator state of one process: python, numpy, torch CPU, every CUDA device, MPS.
 
 Saved per rank (``rng_state.pth`` for one process, ``rng_state_<rank>.pth`` otherwise) so that a resumed run
-draws the same dropout masks and shuffles as an uninterrupted one. The state holds only tuples, lists,
-ints, floats and tensors, so it is read back with ``torch.load(weights_only=True)``.
+draws the same dropout masks and shuffles as an uninterrupted one. The file is upstream's: the same keys and value
+types (``numpy`` is ``np.random.get_state()``'s tuple; ``cuda`` one state tensor for a single process, a list of
+them with several), so the upstream Trainer resumes from it and trainwell from upstream's. It is read back with
+``torch.load(weights_only=True)`` allowing only numpy's array reconstruction on top of torch's safe types.
 """
 
 from __future__ import annotations
@@ -22,19 +24,27 @@ def rng_file_name(rank: int, world_size: int) -> str:
     return "rng_state.pth" if world_size <= 1 else f"rng_state_{rank}.pth"
 
 
-def _numpy_state() -> dict[str, Any]:
+def _numpy_state() -> tuple:
     import numpy as np
 
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"kind": kind, "keys": [int(k) for k in keys], "pos": int(pos),
-            "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+    return np.random.get_state()  # upstream's form: ("MT19937", uint32 array, pos, has_gauss, cached_gaussian)
 
 
-def _set_numpy_state(state: dict[str, Any]) -> None:
+def _set_numpy_state(state: Any) -> None:
     import numpy as np
 
-    keys = np.asarray(state["keys"], dtype=np.uint32)
-    np.random.set_state((state["kind"], keys, state["pos"], state["has_gauss"], state["cached_gaussian"]))
+    if isinstance(state, dict) and "keys" in state:  # written by earlier trainwell versions
+        state = (state["kind"], np.asarray(state["keys"], dtype=np.uint32), state["pos"], state["has_gauss"],
+                 state["cached_gaussian"])
+    np.random.set_state(state)
+
+
+def _numpy_safe_globals() -> list:
+    """What ``torch.load(weights_only=True)`` must allow to read ``np.random.get_state()`` (upstream's list)."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def _mps_available() -> bool:
@@ -54,17 +64,23 @@ def capture_rng_state() -> dict[str, Any]:
         "cpu": torch.random.get_rng_state(),
     }
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()  # one state per visible device
+        # as upstream: one process (maybe DataParallel) saves the current device's state, several save them all
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1
+        state["cuda"] = torch.cuda.get_rng_state_all() if distributed else torch.cuda.get_rng_state()
     if _mps_available():
         state["mps"] = torch.mps.get_rng_state()
     return state
 
 
-def _restore_cuda(states: list) -> None:
+def _restore_cuda(states: Any) -> None:
     import torch
 
     if not torch.cuda.is_available():
         logger.warning("the checkpoint holds CUDA RNG states but CUDA is not available; they are not restored")
+        return
+    if isinstance(states, torch.Tensor):  # one process: the current device's state
+        torch.cuda.set_rng_state(states)
         return
     count = torch.cuda.device_count()
     if len(states) != count:
@@ -86,7 +102,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
     if "cpu" in state:
         torch.random.set_rng_state(state["cpu"])
     if state.get("cuda") is not None:
-        _restore_cuda(list(state["cuda"]))
+        _restore_cuda(state["cuda"] if isinstance(state["cuda"], torch.Tensor) else list(state["cuda"]))
     if state.get("mps") is not None and _mps_available():
         torch.mps.set_rng_state(state["mps"])
 
@@ -110,9 +126,12 @@ def read_rng_file(path: str | os.PathLike, *, trusted: bool = False) -> dict[str
     from .layout import CheckpointError
 
     try:
-        state = torch.load(Path(path), map_location="cpu", weights_only=not trusted)
+        with torch.serialization.safe_globals(_numpy_safe_globals()):
+            state = torch.load(Path(path), map_location="cpu", weights_only=not trusted)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
-        raise CheckpointError(f"{path}: cannot read RNG state ({err}); the file is truncated or corrupt") from err
+        from .safe_pickle import load_error
+
+        raise load_error(Path(path), "RNG", err) from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a dict of RNG states, found {type(state).__name__}")
     return state

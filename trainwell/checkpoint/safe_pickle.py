@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,22 @@ def check_pickle_file(path: str | os.PathLike) -> None:
                                   "truncated or corrupt") from err
 
 
+def load_error(path: Path, what: str, err: BaseException) -> CheckpointError:
+    """The error for a failed ``torch.load(weights_only=True)`` of ``path``: a refused global or damage."""
+    text = str(err)
+    if "Weights only load failed" not in text and "Unsupported global" not in text:
+        return CheckpointError(f"{path}: cannot read {what} state ({err}); the file is truncated or corrupt")
+    match = re.search(r"Unsupported global: GLOBAL (\S+)", text) or re.search(r"WeightsUnpickler error: ([^\n]+)", text)
+    reason = f"it names {match.group(1)}" if match else text.splitlines()[0]
+    return UnsafeCheckpointError(
+        f"{path}: the {what} state holds objects that safe loading refuses ({reason}); make its state_dict() return "
+        f"only tensors, numbers, strings, lists and dicts, or, for a checkpoint you trust, pass {OPT_IN}")
+
+
 def pickle_files(folder: str | os.PathLike, relative: list[str]) -> list[str]:
-    """The entries of ``relative`` that an engine unpickles on resume (DeepSpeed ``*.pt``, DCP ``.metadata``)."""
-    return [rel for rel in relative if rel.endswith((".pt", ".pth")) or rel.endswith("/.metadata")]
+    """The entries of ``relative`` that an engine unpickles on resume (DeepSpeed ``*.pt``, DCP ``.metadata``).
+
+    Only files in sub-folders (``global_step<N>/``, ``fsdp_state/``): trainwell's own top-level files are read with
+    ``torch.load(weights_only=True)``, which refuses foreign types itself and reports damage per file kind.
+    """
+    return [rel for rel in relative if "/" in rel and (rel.endswith((".pt", ".pth")) or rel.endswith("/.metadata"))]

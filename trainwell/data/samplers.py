@@ -168,18 +168,26 @@ class EvalShardSampler(Sampler[int]):
     """Sequential evaluation order split over ranks so that gathering the batches restores the dataset order.
 
     The dataset is read in global batches of ``batch_size * num_replicas`` samples; rank ``r`` takes the ``r``-th
-    contiguous ``batch_size`` share of each. The last global batch is padded by repeating the last index, so every
-    rank runs the same number of full batches (a collective per batch cannot hang). Gathering batch ``b`` from
-    every rank in rank order gives samples ``b * global .. (b + 1) * global - 1``; cutting the concatenation to
-    ``num_samples`` removes the padding, so the gathered predictions are exactly those of one process.
+    contiguous ``batch_size`` share of each, so every batch a rank evaluates is exactly one batch of a
+    single-process evaluation (same samples, same order, same padding by the collator). Nothing is padded with
+    duplicates: in the last global batch a rank gets only the real samples left for it (a short batch), and a rank
+    with none left gets one *placeholder* batch (the last real sample, repeated to ``batch_size`` with
+    ``drop_last`` so the DataLoader keeps it) so that every rank runs the same number of batches and the
+    per-batch collectives cannot hang. The evaluation loop drops the placeholder: the first
+    :attr:`num_real_samples` samples this rank yields are real, the rest are not.
+
+    With ``drop_last`` the samples of a single process's incomplete last batch (``num_samples % batch_size``)
+    are left out on every rank, as one process leaves them out.
 
     Args:
         num_samples: the dataset's length.
         batch_size: the per-device evaluation batch size (the DataLoader's ``batch_size``).
         num_replicas, rank: the number of processes and this one's rank.
+        drop_last: whether the DataLoader drops incomplete batches (``dataloader_drop_last``).
     """
 
-    def __init__(self, num_samples: int, *, batch_size: int, num_replicas: int, rank: int) -> None:
+    def __init__(self, num_samples: int, *, batch_size: int, num_replicas: int, rank: int,
+                 drop_last: bool = False) -> None:
         _check_replicas(num_replicas, rank)
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1 (per_device_eval_batch_size).")
@@ -189,23 +197,41 @@ class EvalShardSampler(Sampler[int]):
         self.batch_size = batch_size
         self.num_replicas = num_replicas
         self.rank = rank
+        self.drop_last = drop_last
+        # What one process evaluates: everything, or only whole batches with drop_last.
+        self._evaluated = (num_samples // batch_size) * batch_size if drop_last else num_samples
 
     @property
     def num_batches(self) -> int:
         """Batches every rank runs (the number of global batches)."""
-        return math.ceil(self.num_samples / (self.batch_size * self.num_replicas))
+        return math.ceil(self._evaluated / (self.batch_size * self.num_replicas))
+
+    def _real_in_batch(self, batch: int) -> int:
+        start = batch * self.batch_size * self.num_replicas + self.rank * self.batch_size
+        return min(max(self._evaluated - start, 0), self.batch_size)
+
+    @property
+    def num_real_samples(self) -> int:
+        """Samples of the dataset this rank evaluates (the first ones it yields); the rest is a placeholder."""
+        return sum(self._real_in_batch(b) for b in range(self.num_batches))
+
+    @property
+    def _placeholder_size(self) -> int:
+        return self.batch_size if self.drop_last else 1
 
     def __len__(self) -> int:
-        """Samples this rank yields (padding included)."""
-        return self.num_batches * self.batch_size
+        """Indices this rank yields (a placeholder batch included)."""
+        return sum(self._real_in_batch(b) or self._placeholder_size for b in range(self.num_batches))
 
     def __iter__(self) -> Iterator[int]:
         global_batch = self.batch_size * self.num_replicas
-        last = max(self.num_samples - 1, 0)
         for batch in range(self.num_batches):
             start = batch * global_batch + self.rank * self.batch_size
-            for index in range(start, start + self.batch_size):
-                yield min(index, last)
+            real = self._real_in_batch(batch)
+            if real:
+                yield from range(start, start + real)
+            else:
+                yield from [self._evaluated - 1] * self._placeholder_size
 
 
 def get_length_grouped_indices(lengths: Sequence[int], batch_size: int, mega_batch_mult: int | None = None,

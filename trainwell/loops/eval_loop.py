@@ -21,66 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..overrides import call_override
 from ..reporting import speed_metrics
 from ..trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
+from .gather import (_device_of, _is_dist, _round_robin, _sum_across_ranks, gather_across_ranks,  # noqa: F401
+                     gather_parts, keep_rows)
+from .nested import _flatten, _unflatten, nested_detach, nested_map  # noqa: F401
 
 PAD_INDEX = -100
-
-# --------------------------------------------------------------------------------------------------------------
-# Nested structures (tuple / list / dict of tensors or arrays)
-# --------------------------------------------------------------------------------------------------------------
-
-_LEAF = ("leaf",)
-
-
-def _flatten(obj: Any) -> tuple[list[Any], Any]:
-    """Leaves of a nested tuple/list/dict, and a spec that :func:`_unflatten` turns back into the structure."""
-    if isinstance(obj, Mapping):
-        leaves: list[Any] = []
-        children = []
-        for key, value in obj.items():
-            sub_leaves, sub_spec = _flatten(value)
-            leaves.extend(sub_leaves)
-            children.append((key, sub_spec))
-        return leaves, ("map", tuple(children))
-    if isinstance(obj, (tuple, list)):
-        leaves, children = [], []
-        for value in obj:
-            sub_leaves, sub_spec = _flatten(value)
-            leaves.extend(sub_leaves)
-            children.append(sub_spec)
-        kind = type(obj) if hasattr(obj, "_fields") else (list if isinstance(obj, list) else tuple)
-        return leaves, ("seq", kind, tuple(children))
-    return [obj], _LEAF
-
-
-def _unflatten(spec: Any, leaves: Iterable[Any]) -> Any:
-    """Rebuild the structure described by ``spec`` from ``leaves`` (in :func:`_flatten` order)."""
-    return _build(spec, iter(leaves))
-
-
-def _build(spec: Any, leaves: Iterator[Any]) -> Any:
-    if spec[0] == "leaf":
-        return next(leaves)
-    if spec[0] == "map":
-        return {key: _build(sub, leaves) for key, sub in spec[1]}
-    kind, children = spec[1], spec[2]
-    values = [_build(sub, leaves) for sub in children]
-    if kind is list or kind is tuple:
-        return kind(values)
-    return kind(*values)  # a namedtuple
-
-
-def nested_map(fn: Any, obj: Any) -> Any:
-    """Apply ``fn`` to every leaf of a nested tuple/list/dict, keeping the structure."""
-    leaves, spec = _flatten(obj)
-    return _unflatten(spec, [fn(leaf) for leaf in leaves])
-
-
-def nested_detach(obj: Any) -> Any:
-    """Detach every tensor of a nested structure (other leaves are returned unchanged)."""
-    return nested_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, obj)
-
 
 def _leaf_to_numpy(leaf: Any) -> Any:
     """One output leaf as a CPU numpy array (bfloat16 and other types numpy lacks become float32)."""
@@ -300,60 +248,6 @@ class OutputAccumulator:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Cross-rank gathering
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _pad_tensor(tensor: torch.Tensor, shape: list[int], pad_index: int) -> torch.Tensor:
-    if list(tensor.shape) == shape:
-        return tensor
-    padded = tensor.new_full(shape, pad_index)
-    padded[tuple(slice(0, size) for size in tensor.shape)] = tensor
-    return padded
-
-
-def _gather_tensor(tensor: torch.Tensor, pad_index: int) -> torch.Tensor:
-    """all_gather one tensor whose shape may differ between ranks; the parts are concatenated in rank order."""
-    import torch.distributed as dist
-
-    tensor = torch.atleast_1d(tensor.detach()).contiguous()
-    world_size = dist.get_world_size()
-    shape = torch.tensor(tensor.shape, dtype=torch.long, device=tensor.device)
-    shapes = [torch.empty_like(shape) for _ in range(world_size)]
-    dist.all_gather(shapes, shape)
-    sizes = [s.tolist() for s in shapes]
-    max_shape = [max(size[d] for size in sizes) for d in range(tensor.ndim)]
-    padded = _pad_tensor(tensor, max_shape, pad_index)
-    parts = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(parts, padded)
-    return torch.cat([part[: size[0]] for part, size in zip(parts, sizes)], dim=0)
-
-
-def gather_across_ranks(nested: Any, pad_index: int = PAD_INDEX) -> Any:
-    """Gather a nested structure of tensors from every rank (identity outside a process group).
-
-    Each tensor is padded to the largest shape across ranks (dim 1, the sequence dim, and any other trailing
-    dim, with ``pad_index``) before ``all_gather``; the results are concatenated along dim 0 in rank order.
-    Every rank must call this with the same structure.
-    """
-    import torch.distributed as dist
-
-    if nested is None or not (dist.is_available() and dist.is_initialized()):
-        return nested
-    return nested_map(lambda t: _gather_tensor(t, pad_index) if isinstance(t, torch.Tensor) else t, nested)
-
-
-def _sum_across_ranks(value: int, device: torch.device) -> int:
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    total = torch.tensor([value], dtype=torch.long, device=device)
-    dist.all_reduce(total)
-    return int(total.item())
-
-
-# --------------------------------------------------------------------------------------------------------------
 # Metrics helpers
 # --------------------------------------------------------------------------------------------------------------
 
@@ -392,6 +286,15 @@ def _mark_last(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
         yield current, False
         current = following
     yield current, True
+
+
+def _mean_loss(losses: np.ndarray, nan_inf_filter: bool) -> float:
+    """The mean per-sample loss; with ``logging_nan_inf_filter`` the non-finite losses are left out (as upstream)."""
+    if nan_inf_filter:
+        finite = np.isfinite(losses)
+        if finite.any():
+            losses = losses[finite]
+    return float(np.mean(losses)) if losses.size else float("nan")
 
 
 def _outputs_as_mapping(outputs: Any) -> Any:
@@ -479,9 +382,9 @@ class EvaluationMixin:
         try:
             dataloader = self.get_eval_dataloader(eval_dataset)
             start_time = time.time()
-            output = self.evaluation_loop(dataloader, description="Evaluation",
-                                          prediction_loss_only=True if self.compute_metrics is None else None,
-                                          ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+            output = self._eval_loop_method()(dataloader, description="Evaluation",
+                                              prediction_loss_only=True if self.compute_metrics is None else None,
+                                              ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
         except BaseException:
             self._memory_tracker.stop("eval")  # so that a later train/evaluate is tracked again
             raise
@@ -501,8 +404,8 @@ class EvaluationMixin:
         try:
             dataloader = self.get_test_dataloader(test_dataset)
             start_time = time.time()
-            output = self.evaluation_loop(dataloader, description="Prediction", ignore_keys=ignore_keys,
-                                          metric_key_prefix=metric_key_prefix)
+            output = self._eval_loop_method()(dataloader, description="Prediction", ignore_keys=ignore_keys,
+                                              metric_key_prefix=metric_key_prefix)
         except BaseException:
             self._memory_tracker.stop("test")
             raise
@@ -541,58 +444,106 @@ class EvaluationMixin:
         losses, preds, labels, inputs = (acc.result(num_samples) for acc in accumulators)
         metrics = self._eval_metrics(preds, labels, losses, inputs, batch_metrics)
         if losses is not None:
-            metrics[f"{metric_key_prefix}_loss"] = float(np.mean(losses)) if losses.size else float("nan")
+            metrics[f"{metric_key_prefix}_loss"] = _mean_loss(losses, getattr(args, "logging_nan_inf_filter", True))
         metrics = _prefix_keys(metrics, metric_key_prefix)
         return EvalLoopOutput(predictions=preds, label_ids=labels, metrics=metrics, num_samples=num_samples)
 
+    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> Any:
+        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
+        return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
+                                    ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def _eval_loop_method(self) -> Any:
+        """``prediction_loop`` with ``use_legacy_prediction_loop``, else ``evaluation_loop`` (as upstream picks)."""
+        legacy = getattr(self.args, "use_legacy_prediction_loop", False)
+        return self.prediction_loop if legacy else self.evaluation_loop
+
     def _eval_batches(self, model: Any, dataloader: Any, description: str, prediction_loss_only: bool,
                       ignore_keys: list[str] | None) -> tuple[list[OutputAccumulator], Any, int]:
-        """Iterate the dataloader: predict, gather across ranks, accumulate; returns accumulators and counts."""
+        """Iterate the dataloader: predict, gather across ranks, accumulate; returns accumulators and counts.
+
+        Under several processes each rank's outputs are gathered as separate parts (in rank order) and handled
+        as the batches one process would have seen. A sampler that tells how many of its samples are real
+        (``num_real_samples``, :class:`~trainwell.data.samplers.EvalShardSampler`) has its placeholder rows
+        dropped before the gather, so they count in no loss, prediction or metric.
+        """
         args = self.args
         concat = getattr(args, "eval_do_concat_batches", True)
-        losses, preds, labels, inputs = (OutputAccumulator(concat=c) for c in (True, concat, concat, concat))
+        accumulators = [OutputAccumulator(concat=c) for c in (True, concat, concat, concat)]
         keep_outputs = not args.batch_eval_metrics or description == "Prediction"
         include = args.include_for_metrics or []
+        batch_metrics_on = args.batch_eval_metrics and self.compute_metrics is not None
         accumulation_steps = args.eval_accumulation_steps
+        real_left = getattr(getattr(dataloader, "sampler", None), "num_real_samples", None)
+        distributed = _is_dist()
+        batches: Iterable[tuple[Any, int | None]] = ((batch, None) for batch in dataloader)
+        if distributed and isinstance(getattr(dataloader, "dataset", None), torch.utils.data.IterableDataset):
+            import torch.distributed as dist
+
+            batches = _round_robin(dataloader, dist.get_rank(), dist.get_world_size())
         batch_metrics, observed, steps = None, 0, 0
-        for step, (batch, is_last) in enumerate(_mark_last(dataloader)):
+        for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
             steps += 1
             batch_size = find_batch_size(batch)
-            observed += batch_size or 0
+            real = batch_size if placeholder is None else placeholder
+            if real_left is not None and batch_size is not None:
+                real = min(batch_size, real_left)
+                real_left -= real
+            observed += real or 0
             loss, logits, label = self.prediction_step(model, batch, prediction_loss_only, ignore_keys=ignore_keys)
             batch_inputs = self._inputs_for_metrics(batch) if "inputs" in include else None
-            loss = self._per_sample_loss(loss, batch_size)
+            loss = self._per_sample_loss(loss, batch_size, real)
             if logits is not None and self.preprocess_logits_for_metrics is not None:
                 logits = self.preprocess_logits_for_metrics(logits, label)
-            loss, logits, label, batch_inputs = (gather_across_ranks(x) for x in (loss, logits, label, batch_inputs))
-            losses.add(loss)
-            if keep_outputs:
-                preds.add(logits)
-                labels.add(label)
-                inputs.add(batch_inputs)
+            outputs = (loss, *keep_rows((logits, label, batch_inputs), batch_size, real))
+            if distributed:
+                count = torch.tensor([real if real is not None else 1], device=_device_of(outputs))
+                parts = [part[1:] for part in gather_parts((count, *outputs)) if int(part[0][0]) > 0]
+            else:
+                parts = [outputs]
+            for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):
+                self._add_part(accumulators, (part_loss, part_logits, part_label, part_inputs), keep_outputs)
+                if batch_metrics_on and part_logits is not None and part_label is not None:
+                    eval_pred = EvalPrediction(predictions=part_logits, label_ids=part_label,
+                                               inputs=part_inputs if "inputs" in include else None,
+                                               losses=part_loss if "loss" in include else None)
+                    batch_metrics = self._call_compute_metrics(
+                        eval_pred, compute_result=is_last and i == len(parts) - 1)
             self.control = self.callback_handler.on_prediction_step(args, self.state, self.control)
-            if args.batch_eval_metrics and self.compute_metrics is not None and logits is not None \
-                    and label is not None:
-                eval_pred = EvalPrediction(predictions=logits, label_ids=label,
-                                           inputs=batch_inputs if "inputs" in include else None,
-                                           losses=loss if "loss" in include else None)
-                batch_metrics = self._call_compute_metrics(eval_pred, compute_result=is_last)
             if accumulation_steps and (step + 1) % accumulation_steps == 0:
-                for accumulator in (losses, preds, labels, inputs):
+                for accumulator in accumulators:
                     accumulator.flush()
         if steps == 0:
             raise ValueError(f"The {description.lower()} dataset yielded no batches; pass a non-empty dataset "
                              "(an IterableDataset must yield at least one example).")
-        return [losses, preds, labels, inputs], batch_metrics, observed
+        return accumulators, batch_metrics, observed
 
     @staticmethod
-    def _per_sample_loss(loss: Any, batch_size: int | None) -> Any:
-        """The batch loss repeated once per sample, so that the mean over samples weighs batches by size."""
+    def _add_part(accumulators: list[OutputAccumulator], part: tuple[Any, Any, Any, Any], keep_outputs: bool) -> None:
+        """Keep one batch's (one rank's) loss, and its predictions/labels/inputs unless only metrics are kept."""
+        losses, preds, labels, inputs = accumulators
+        losses.add(part[0])
+        if keep_outputs:
+            preds.add(part[1])
+            labels.add(part[2])
+            inputs.add(part[3])
+
+    @staticmethod
+    def _per_sample_loss(loss: Any, batch_size: int | None, real: int | None = None) -> Any:
+        """The batch loss once per real sample, so that the mean over samples weighs batches by their real size.
+
+        ``real`` (default: ``batch_size``) is how many of the batch's samples are real; a placeholder batch
+        (``real == 0``) contributes nothing. A per-sample loss vector keeps its first ``real`` entries.
+        """
         if loss is None:
             return None
+        real = batch_size if real is None else real
         loss = torch.as_tensor(loss).detach().reshape(-1)
         if loss.numel() == 1 and batch_size:
-            loss = loss.repeat(batch_size)
+            return loss.repeat(real)
+        if batch_size and loss.numel() == batch_size:
+            return loss[:real]
         return loss
 
     def _inputs_for_metrics(self, batch: Mapping[str, Any]) -> Any:
@@ -673,7 +624,9 @@ class EvaluationMixin:
             labels = labels[0] if len(labels) == 1 else (labels or None)
         with torch.no_grad(), self.backend.autocast():
             if has_labels or loss_without_labels:
-                loss, outputs = self.compute_loss(model, inputs, return_outputs=True, num_items_in_batch=None)
+                # an override with the seeds' signature compute_loss(model, inputs, return_outputs=False) works too
+                loss, outputs = call_override(self, "compute_loss", model, inputs, return_outputs=True,
+                                              num_items_in_batch=None)
                 loss = loss.detach().mean()
             else:
                 loss, outputs = None, model(**inputs)

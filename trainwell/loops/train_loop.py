@@ -5,6 +5,9 @@ The loop is written against the Trainer's public (overridable) methods (``traini
 
     on_step_begin -> [training_step (forward+backward) -> on_substep_end]* -> clip -> on_pre_optimizer_step
     -> optimizer step -> on_optimizer_step -> scheduler step -> zero_grad -> on_step_end -> log / evaluate / save
+
+What the loop owns (the data position, the running losses) is one :class:`LoopState`, passed to the functions here
+and kept on the trainer as ``trainer._loop`` for logging, checkpoints and the final metrics.
 """
 
 from __future__ import annotations
@@ -12,18 +15,18 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
 from ..data.loader import has_length
+from ..overrides import call_override
 from ..trainer_utils import TrainOutput
+from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
 
-
-# With logging_nan_inf_filter, the step losses of a window are kept for the rare case of a nan/inf; beyond this
-# many micro-batches without a log they are folded in (one device sync), so the list stays small.
-WINDOW_SETTLE_EVERY = 4096
+__all__ = ["DataPosition", "LoopState", "TrainPlan", "plan_training", "run_training"]
 
 
 @dataclass
@@ -38,37 +41,15 @@ class TrainPlan:
     total_train_batch_size: int
 
 
-@dataclass
-class DataPosition:
-    """Where the data stream stands: the epoch and how many of its micro-batches were consumed.
+def plan_training(args: Any, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
+    """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``.
 
-    Saved in every checkpoint together with the loss accumulators, so a resumed run logs exactly what an uninterrupted
-    run logs.
+    ``batch_size`` is the per-process batch size in use (``args.train_batch_size`` unless ``auto_find_batch_size``
+    lowered it).
     """
-
-    epoch: int = 0
-    batches_in_epoch: int = 0
-    tr_loss: float = 0.0  # loss summed since the last log
-    total_loss: float = 0.0  # loss summed over the logged windows (for train_loss)
-    last_logged_step: int = 0
-    # The epoch's shape when saved: a resume with another batch size or dataset length cannot reuse the batch count.
-    batches_per_epoch: int | None = None
-    train_batch_size: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "DataPosition":
-        """Inverse of :meth:`to_dict` (unknown keys ignored)."""
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-def plan_training(args: Any, dataloader: Any, world_size: int) -> TrainPlan:
-    """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``."""
     ga = args.gradient_accumulation_steps
-    total_batch = args.train_batch_size * ga * world_size
+    batch_size = batch_size or args.train_batch_size
+    total_batch = batch_size * ga * world_size
     if has_length(dataloader):
         micro = len(dataloader)
         updates = max(math.ceil(micro / ga), 1)
@@ -78,7 +59,7 @@ def plan_training(args: Any, dataloader: Any, world_size: int) -> TrainPlan:
         else:
             max_steps = math.ceil(args.num_train_epochs * updates)
             epochs = math.ceil(args.num_train_epochs)
-        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * args.train_batch_size
+        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * batch_size
         return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
     if args.max_steps <= 0:
         raise ValueError(
@@ -125,23 +106,48 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def _forward_backward(trainer: Any, model: Any, group: list[Any], tr_loss: torch.Tensor, count_items: bool,
+def _rows(batch: Any) -> int | None:
+    """The examples in a micro-batch: the first dimension of its first tensor (None when it cannot be told)."""
+    if isinstance(batch, Mapping):
+        for value in batch.values():
+            if isinstance(value, torch.Tensor) and value.dim():
+                return int(value.shape[0])
+    return None
+
+
+def loss_divisors(group: list[Any]) -> list[int | float]:
+    """What each micro-batch's mean loss is divided by, so that the window adds up to the mean loss of one big batch
+    of all its examples: the number of micro-batches when they hold as many rows each (upstream's divisor), else
+    the window's rows over the micro-batch's own rows (a short last batch of the epoch weighs what it holds)."""
+    n = len(group)
+    if n == 1:
+        return [1]
+    rows = [_rows(batch) for batch in group]
+    if None in rows or min(rows) == max(rows) or min(rows) <= 0:
+        return [n] * n
+    total = sum(rows)
+    return [total / r for r in rows]
+
+
+def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], count_items: bool,
                       count_tokens: bool) -> None:
-    """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``tr_loss``."""
+    """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``loop``."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
-    window_losses = trainer._window_losses
+    tr_loss, window_losses = loop.tr_loss, loop.window_losses
     num_items = trainer._count_items(group) if count_items else None
+    divisors = loss_divisors(group)
     last = len(group) - 1
     for i, inputs in enumerate(group):
         if count_tokens:
             state.num_input_tokens_seen += trainer._count_input_tokens(inputs)
+        trainer.current_gradient_accumulation_steps = divisors[i]
         with backend.no_sync(i == last):
-            step_loss = trainer.training_step(model, inputs, num_items)
+            step_loss = call_override(trainer, "training_step", model, inputs, num_items)  # old signatures too
         tr_loss += step_loss
         if window_losses is not None:  # logging_nan_inf_filter: kept to filter a nan/inf at log time (no tensor op)
             window_losses.append((state.global_step, step_loss))
             if len(window_losses) >= WINDOW_SETTLE_EVERY:
-                trainer._settle_loss_window(tr_loss)
+                loop.settle()
         trainer.current_flos += float(trainer.floating_point_ops(inputs))
         if i != last:
             trainer.control = cb.on_substep_end(args, state, trainer.control)
@@ -170,20 +176,20 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
                  ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
     """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
     args = trainer.args
+    batch_size = getattr(trainer, "_train_batch_size", None) or args.train_batch_size
     dataloader = trainer.get_train_dataloader()
-    plan = plan_training(args, dataloader, args.world_size)
+    plan = plan_training(args, dataloader, args.world_size, batch_size)
     trainer._init_state(plan)
     model = trainer._prepare_for_training(plan.max_steps)
     position = trainer._resume(resume_from) if resume_from is not None else DataPosition()
+    loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
+                           accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
+                           world_size=args.world_size)
+    trainer._loop = loop
     state, cb = trainer.state, trainer.callback_handler
     cb.train_dataloader = dataloader
-    tr_loss = torch.tensor(position.tr_loss, device=args.device)
-    trainer._total_loss_scalar = position.total_loss
-    trainer._globalstep_last_logged = position.last_logged_step
-    trainer._position = position
-    trainer._window_losses = [] if args.logging_nan_inf_filter else None
-    trainer._window_base, trainer._window_filtered = position.tr_loss, False
-    position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, args.train_batch_size
+    tr_loss = loop.tr_loss
+    position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
     count_items, count_tokens = trainer._needs_num_items_in_batch(), args.include_num_input_tokens_seen
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     start_time = time.time()
@@ -202,7 +208,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         for group in _accumulation_groups(iterator, args.gradient_accumulation_steps):
             trainer.control = cb.on_step_begin(args, state, trainer.control)
-            _forward_backward(trainer, model, group, tr_loss, count_items, count_tokens)
+            _forward_backward(trainer, loop, model, group, count_items, count_tokens)
             position.batches_in_epoch += len(group)
             grad_norm = _optimizer_update(trainer, scheduler_per_step)
             state.global_step += 1

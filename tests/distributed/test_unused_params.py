@@ -1,0 +1,70 @@
+"""``ddp_find_unused_parameters`` left unset: a model with an unused branch trains under torchrun (2 ranks, gloo).
+
+Upstream's default (the seeds' rule): ``find_unused_parameters=True`` unless gradient checkpointing is on. With it
+set to False explicitly, DDP itself refuses the second step, as upstream does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.distributed
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    out = tmp_path_factory.mktemp("unused_params")
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
+           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(HERE / "unused_params_job.py"), str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    return json.loads((out / "result.json").read_text())
+
+
+def test_unused_branch_trains_with_the_default(result):
+    default = result["default"]
+    assert "error" not in default, default
+    assert default["steps"] == 3 and default["find_unused"] is True
+    assert default["loss"] == default["loss"]  # finite, not nan
+
+
+def test_explicit_false_gives_ddps_error(result):
+    assert "error" in result["explicit_false"]
+    assert "unused" in result["explicit_false"]["error"] or "reduction" in result["explicit_false"]["error"]
+
+
+def test_default_rule_in_the_arguments():
+    # single process: the value DDP would get, read from the backend without a process group
+    from trainwell import TrainingArguments
+    from trainwell.backends.ddp import DDPBackend
+
+    def find_unused(**kwargs: object) -> bool:
+        args = TrainingArguments(output_dir="unused", use_cpu=True, **kwargs)
+        backend = DDPBackend.__new__(DDPBackend)
+        backend.args, backend.device = args, args.device
+        return backend.ddp_kwargs()["find_unused_parameters"]
+
+    assert find_unused() is True
+    assert find_unused(gradient_checkpointing=True) is False
+    assert find_unused(ddp_find_unused_parameters=False) is False
+    assert find_unused(gradient_checkpointing=True, ddp_find_unused_parameters=True) is True

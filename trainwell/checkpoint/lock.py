@@ -1,0 +1,178 @@
+"""One run per ``output_dir``: a lock file taken by the main process for the duration of ``train()``.
+
+Two trainers writing into one ``output_dir`` overwrite each other's ``checkpoint-<step>`` folders, rotate away each
+other's checkpoints and delete each other's temporary folders. :class:`OutputDirLock` makes the second one fail at
+once instead, with an error naming the process that holds the folder.
+
+The lock is the file ``output_dir/.trainwell.lock`` holding ``{"pid", "host", "since"}`` (JSON), plus an ``flock``
+on it where the platform and file system offer one:
+
+- held by a live process: :class:`OutputDirLockedError` naming its pid, host and start time, and the fix.
+- left behind by a dead process (SIGKILL, power loss): the ``flock`` died with its process, or (without ``flock``)
+  the recorded pid is not alive on this host; the lock is taken over with a warning.
+- recorded by another host: this host cannot tell whether that process still runs (an ``flock`` is not reliably
+  shared across hosts on network file systems), so it is treated as held; the error says to delete the lock file
+  once that run is known to be over.
+
+Released on exit from ``train()`` (exceptions included): the lock file is deleted, and so is ``output_dir`` when
+the lock created it and nothing else was written there. The lock file is trainwell's own: it never enters a
+checkpoint folder and does not match any checkpoint name. This module imports neither torch nor numpy.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from .layout import pid_alive
+
+logger = logging.getLogger(__name__)
+
+LOCK_NAME = ".trainwell.lock"
+
+try:  # POSIX
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: pid/host records only
+    fcntl = None  # type: ignore[assignment]
+
+
+class OutputDirLockedError(RuntimeError):
+    """Another process holds the ``output_dir`` lock (the message names it and says how to proceed)."""
+
+
+def _describe(record: dict[str, Any]) -> str:
+    return (f"pid {record.get('pid', '?')} on host {record.get('host', '?')} "
+            f"(since {record.get('since', '?')})")
+
+
+def _read_record(fd: int) -> dict[str, Any]:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while chunk := os.read(fd, 65536):
+        chunks.append(chunk)
+    try:
+        record = json.loads(b"".join(chunks).decode("utf-8") or "{}")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+class OutputDirLock:
+    """The lock of one ``output_dir``; :meth:`acquire` raises :class:`OutputDirLockedError` when it is taken.
+
+    Usable as a context manager. ``acquire`` creates ``output_dir`` when missing.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike) -> None:
+        self.output_dir = Path(output_dir)
+        self.path = self.output_dir / LOCK_NAME
+        self._fd: int | None = None
+        self._flock: bool | None = None
+        self._created_dir = False
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def _error(self, record: dict[str, Any], why: str) -> OutputDirLockedError:
+        return OutputDirLockedError(
+            f"output_dir {self.output_dir} is in use by another trainer: {_describe(record)} holds {self.path}{why}. "
+            "Two runs in one output_dir overwrite and rotate away each other's checkpoints: wait for that run to "
+            "finish, or give this run another output_dir (overwrite_output_dir does not change this)")
+
+    def _try_flock(self, fd: int) -> bool | None:
+        """True: locked; False: held by another process; None: no flock on this platform or file system."""
+        if fcntl is None:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError:  # ENOLCK, EOPNOTSUPP, ENOSYS...: the file system has no flock
+            return None
+        return True
+
+    def _open(self) -> int:
+        """Open the lock file, creating it; retry when a releasing holder unlinked the file we opened."""
+        for _ in range(20):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            locked = self._try_flock(fd)
+            if locked is False:
+                record = _read_record(fd)
+                os.close(fd)
+                raise self._error(record, "")
+            try:
+                same_file = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same_file = False
+            if same_file:
+                self._flock = locked
+                return fd
+            os.close(fd)  # the previous holder released (unlinked) it between our open and our flock
+        raise OutputDirLockedError(f"{self.path}: the lock file keeps being replaced by another process")
+
+    def acquire(self) -> None:
+        """Take the lock (see the module docstring); raises :class:`OutputDirLockedError` when it is held."""
+        if self._fd is not None:
+            return
+        if not self.output_dir.is_dir():
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self._created_dir = True
+        fd = self._open()
+        try:
+            record = _read_record(fd)
+            self._check_previous(record)
+            own = {"pid": os.getpid(), "host": socket.gethostname(),
+                   "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            os.ftruncate(fd, 0)
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.write(fd, (json.dumps(own) + "\n").encode("utf-8"))
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def _check_previous(self, record: dict[str, Any]) -> None:
+        """Decide about a record left in the file by an earlier holder (we hold the flock, if there is one)."""
+        pid, host = record.get("pid"), record.get("host")
+        if not isinstance(pid, int):
+            return  # a new (empty) lock file
+        if host != socket.gethostname():
+            raise self._error(record, (
+                "; that host's processes cannot be checked from here (and flock is not reliably shared between "
+                f"hosts), so if that run is over (e.g. it was killed), delete {self.path} and start again"))
+        if self._flock is None and pid != os.getpid() and pid_alive(pid):
+            raise self._error(record, "")
+        logger.warning("taking over the lock %s left by %s, which is no longer running", self.path, _describe(record))
+
+    def release(self) -> None:
+        """Delete the lock file and release the lock; removes ``output_dir`` if the lock created it and it is empty."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(self.path)):
+                self.path.unlink()
+        except OSError:
+            pass
+        finally:
+            os.close(fd)  # releases the flock
+        if self._created_dir:
+            try:
+                self.output_dir.rmdir()  # only succeeds when nothing else was written there
+            except OSError:
+                pass
+
+    def __enter__(self) -> OutputDirLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
