@@ -8,6 +8,10 @@ the safetensors header, matches keys and shapes, then applies. The baseline save
 ``torch.save`` file, with and without an ``fsync`` (trainwell always fsyncs), and loads it with
 ``torch.load(weights_only=True)`` + ``load_state_dict``. Files are read back from the page cache (no cache drop).
 
+The cost of the checksums is measured in the same run: the save with checksums (hashed while written, the default)
+and with the hash replaced by a no-op; the load with verification (every file's size and checksum, plus the pickle
+allow-list scan) and without (``load(verify=False)``).
+
 Usage::
 
     python bench/checkpoint.py                  # ~100M parameters (0.4 GB of weights, 1.2 GB with AdamW)
@@ -84,6 +88,29 @@ def bare_load(path: Path, model: nn.Module, optimizer, scheduler) -> None:
     restore_rng_state(state["rng"])
 
 
+class _NoHash:
+    """A hash object that does nothing (to time a save without checksums)."""
+
+    def update(self, data: object) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        return ""
+
+
+def save_without_checksums(manager: CheckpointManager, contents: CheckpointContents) -> None:
+    """``manager.save`` with the checksum computation replaced by a no-op (benchmark only)."""
+    from trainwell.checkpoint import digest, layout
+
+    original, original_hash = digest.new_hasher, layout.hash_file
+    digest.new_hasher = lambda algorithm=None: _NoHash()  # type: ignore[assignment]
+    layout.hash_file = lambda path, algorithm=None: digest.FileDigest(Path(path).stat().st_size, "")
+    try:
+        manager.save(1, contents)
+    finally:
+        digest.new_hasher, layout.hash_file = original, original_hash
+
+
 def folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
@@ -106,6 +133,10 @@ def run(params: int, hidden: int, repeats: int, workdir: Path) -> dict[str, floa
         manager.save(1, contents)
     results["trainwell_size"] = folder_size(folder)
     results["trainwell_load"] = timed(lambda: manager.load(folder, contents), repeats)
+    results["trainwell_load_unverified"] = timed(lambda: manager.load(folder, contents, verify=False), repeats)
+    shutil.rmtree(folder)
+    results["trainwell_save_no_checksums"] = timed(lambda: save_without_checksums(manager, contents), repeats,
+                                                   cleanup=lambda: shutil.rmtree(folder))
     results["bare_save"] = timed(lambda: bare_save(bare, model, optimizer, scheduler, fsync=False), repeats)
     results["bare_save_fsync"] = timed(lambda: bare_save(bare, model, optimizer, scheduler, fsync=True), repeats)
     results["bare_size"] = bare.stat().st_size
@@ -122,6 +153,10 @@ def report(r: dict[str, float]) -> None:
         print(f"{name:26s}{ours:11.3f}s{theirs:11.3f}s{ours / theirs:8.2f}")
     print(f"{'size on disk':26s}{r['trainwell_size'] / 1e6:10.1f}MB{r['bare_size'] / 1e6:10.1f}MB"
           f"{r['trainwell_size'] / r['bare_size']:8.3f}")
+    print(f"\n{'checksums':26s}{'with':>12s}{'without':>12s}{'ratio':>8s}")
+    for name, ours, theirs in [("save (hash while writing)", r["trainwell_save"], r["trainwell_save_no_checksums"]),
+                               ("load (verify every file)", r["trainwell_load"], r["trainwell_load_unverified"])]:
+        print(f"{name:26s}{ours:11.3f}s{theirs:11.3f}s{ours / theirs:8.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

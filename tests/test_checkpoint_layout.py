@@ -47,7 +47,11 @@ def test_atomic_dir_success_writes_marker_with_file_list(tmp_path):
     assert is_complete(final)
     assert (final / "model.bin").read_bytes() == b"weights"
     record = json.loads((final / COMPLETE_MARKER).read_text())
-    assert record["files"] == {"model.bin": 7, "sub/tok.json": 2}
+    algorithm = record["checksum"]
+    assert {rel: entry["size"] for rel, entry in record["files"].items()} == {"model.bin": 7, "sub/tok.json": 2}
+    from trainwell.checkpoint.digest import hash_file
+
+    assert record["files"]["model.bin"][algorithm] == hash_file(final / "model.bin", algorithm).digest
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-5"]  # no temp folder left
 
 

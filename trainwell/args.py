@@ -259,6 +259,9 @@ class TrainingArguments:
     save_on_each_node: bool = _f(False, "In multi-node runs, save on every node's main process.")
     save_only_model: bool = _f(False, "Save only the model (no optimizer/scheduler/RNG: cannot resume).")
     restore_callback_states_from_checkpoint: bool = _f(False, "Restore callback states when resuming.")
+    trust_checkpoint_pickles: bool = _f(False, "trainwell only: let a resume unpickle DeepSpeed/DCP checkpoint files "
+                                        "holding types outside the safe allow-list (runs their code: only for "
+                                        "checkpoints from a source you trust).")
     enable_jit_checkpoint: bool = _f(False, "On SIGTERM/SIGINT, save a checkpoint even with save_strategy='no' "
                                             "(trainwell always stops gracefully and saves otherwise).")
     # --- devices and precision

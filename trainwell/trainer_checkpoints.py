@@ -41,7 +41,8 @@ class TrainerCheckpointing:
         args = self.args
         self._checkpoints = CheckpointManager(args.output_dir, save_total_limit=args.save_total_limit,
                                               rank=args.process_index, world_size=args.world_size,
-                                              should_save=args.should_save)
+                                              should_save=args.should_save,
+                                              trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
         self._last_checkpoint: Path | None = None
         self._resume_with_fallback = False
         self._output_dir_lock: OutputDirLock | None = None
@@ -147,17 +148,14 @@ class TrainerCheckpointing:
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
         contents = self._contents()
-        if self._resume_with_fallback and self.backend.caps.sharded_state:
-            folder, result = self._load_newest_with_backend_state(contents)
-        elif self._resume_with_fallback:
-            with self._whole_parameters():
-                folder, result = self._checkpoints.load_latest_valid(contents,
-                                                                     load_trainer_state=TrainerState.load_from_json)
-            self.backend.load(folder)
+        # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
+        # trainwell.checkpoint.agreement.
+        options = dict(load_trainer_state=TrainerState.load_from_json, engine_load=self.backend.load,
+                       engine_check=getattr(self.backend, "check_checkpoint", None), context=self._whole_parameters)
+        if self._resume_with_fallback:
+            folder, result = self._checkpoints.load_latest_valid(contents, **options)
         else:
-            with self._whole_parameters():
-                result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
-            self.backend.load(folder)
+            result = self._checkpoints.load_agreed(folder, contents, **options)
         logger.info("Resuming training from %s", folder)
         self._adopt_state(result["trainer_state"])
         data_state = result["data_state"]
@@ -203,23 +201,6 @@ class TrainerCheckpointing:
         """A context in which a sharded backend's parameters are whole, so full weights load into them (ZeRO-3)."""
         gathered = getattr(self.backend, "gathered_parameters", None)
         return gathered() if gathered is not None else nullcontext()
-
-    def _load_newest_with_backend_state(self, contents: Any) -> tuple[Path, dict[str, Any]]:
-        """Fallback resume for sharded backends: a checkpoint whose backend state (written after the folder was
-        completed) is missing or unreadable is skipped like a damaged one."""
-        from .checkpoint.layout import CheckpointError, list_resumable_checkpoints
-
-        failures = []
-        for folder in reversed(list_resumable_checkpoints(self.args.output_dir)):
-            try:
-                with self._whole_parameters():
-                    result = self._checkpoints.load(folder, contents, load_trainer_state=TrainerState.load_from_json)
-                self.backend.load(folder)
-                return folder, result
-            except CheckpointError as err:
-                logger.warning("checkpoint %s is damaged (%s); trying the previous one", folder, err)
-                failures.append(f"{folder.name}: {err}")
-        raise CheckpointError(f"no checkpoint in {self.args.output_dir} could be loaded:\n  " + "\n  ".join(failures))
 
     def _adopt_state(self, loaded: TrainerState | None) -> None:
         if loaded is None:
@@ -286,8 +267,8 @@ class TrainerCheckpointing:
             self.state.best_model_checkpoint = str(folder)
         self.store_flos()
         self.state.stateful_callbacks = self._export_callback_states()
-        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss))
-        self.backend.save(folder)
+        # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
+        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss), engine_save=self.backend.save)
         self._last_checkpoint = folder
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
         return folder

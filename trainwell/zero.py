@@ -40,20 +40,27 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir: str | os.PathLike, tag: str | None = None
-                                             ) -> dict[str, "torch.Tensor"]:
-    """The consolidated fp32 ``state_dict`` of a ZeRO-2/3 checkpoint (on the CPU, any number of saving ranks)."""
+def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir: str | os.PathLike, tag: str | None = None, *,
+                                             trust_pickles: bool = False) -> dict[str, "torch.Tensor"]:
+    """The consolidated fp32 ``state_dict`` of a ZeRO-2/3 checkpoint (on the CPU, any number of saving ranks).
+
+    DeepSpeed unpickles its ``*.pt`` files with ``weights_only=False``; unless ``trust_pickles``, each is first
+    scanned against the allow-list of :mod:`trainwell.checkpoint.safe_pickle` (an ``UnsafeCheckpointError`` names
+    the file holding anything else).
+    """
     _check_zero_checkpoint(checkpoint_dir, tag)
+    if not trust_pickles:
+        _check_pickles(Path(checkpoint_dir), tag)
     return dict(_zero_to_fp32_module().get_fp32_state_dict_from_zero_checkpoint(str(checkpoint_dir), tag=tag))
 
 
 def load_state_dict_from_zero_checkpoint(model: "nn.Module", checkpoint_dir: str | os.PathLike,
-                                         tag: str | None = None) -> "nn.Module":
+                                         tag: str | None = None, *, trust_pickles: bool = False) -> "nn.Module":
     """Move ``model`` to the CPU and load the consolidated fp32 weights of the checkpoint into it.
 
     Afterwards the model is a plain PyTorch module: a DeepSpeed engine built on it must be re-created.
     """
-    state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag)
+    state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag, trust_pickles=trust_pickles)
     model = model.cpu()
     model.load_state_dict(state, strict=False)
     return model
@@ -70,11 +77,25 @@ def _check_zero_checkpoint(checkpoint_dir: str | os.PathLike, tag: str | None) -
                                 "global_step folder exists")
 
 
-def zero_to_fp32(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLike, tag: str | None = None) -> Path:
+def _check_pickles(folder: Path, tag: str | None) -> None:
+    """Scan every ``*.pt`` file DeepSpeed would unpickle (the tag's folder) against the allow-list."""
+    from .checkpoint.safe_pickle import check_pickle_file
+
+    if tag is None:
+        tag = (folder / "latest").read_text(encoding="utf-8").strip()
+    step_dir = folder / tag
+    if not step_dir.is_dir():
+        raise FileNotFoundError(f"{step_dir}: no such folder ('latest' or tag names {tag!r})")
+    for path in sorted(step_dir.rglob("*.pt")):
+        check_pickle_file(path)
+
+
+def zero_to_fp32(checkpoint_dir: str | os.PathLike, output_file: str | os.PathLike, tag: str | None = None, *,
+                 trust_pickles: bool = False) -> Path:
     """Write the checkpoint's consolidated fp32 weights to ``output_file`` (``.safetensors``, else ``torch.save``)."""
     import torch
 
-    state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag)
+    state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag, trust_pickles=trust_pickles)
     out = Path(output_file)
     if out.is_dir():
         out = out / "model.safetensors"
@@ -212,8 +233,11 @@ def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("checkpoint_dir", help="a checkpoint-<step> folder (with 'latest' and global_step*/)")
     parser.add_argument("output_file", help="where to write the weights (.safetensors, or a torch.save file)")
     parser.add_argument("--tag", default=None, help="the global_step folder to read (default: the one in 'latest')")
+    parser.add_argument("--trust-checkpoint-pickles", action="store_true",
+                        help="skip the allow-list check of DeepSpeed's pickled files (their code may run: only for "
+                             "checkpoints from a source you trust)")
     ns = parser.parse_args(argv)
-    out = zero_to_fp32(ns.checkpoint_dir, ns.output_file, tag=ns.tag)
+    out = zero_to_fp32(ns.checkpoint_dir, ns.output_file, tag=ns.tag, trust_pickles=ns.trust_checkpoint_pickles)
     print(f"wrote fp32 weights to {out}")
     return 0
 

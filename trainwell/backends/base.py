@@ -76,7 +76,11 @@ class Backend(Protocol):
         """Consolidated model weights (gathered across ranks when sharded) for ``save_model``."""
 
     def save(self, folder: Path) -> None:
-        """Write backend-specific checkpoint content (sharded weights/optimizer) into ``folder``."""
+        """Write backend-specific checkpoint content (sharded weights/optimizer) into ``folder``.
+
+        ``folder`` is the checkpoint's temporary folder: every rank calls this before the marker is written
+        (the commit protocol of :mod:`trainwell.checkpoint.commit`), and the files are listed in the marker.
+        """
 
     def load(self, folder: Path) -> None:
-        """Read what :meth:`save` wrote."""
+        """Read what :meth:`save` wrote; raise (any exception) when it cannot: all ranks then fall back together."""

@@ -264,18 +264,69 @@ class DeepSpeedBackend:
             return
         self.engine.save_checkpoint(str(folder))
 
+    def check_checkpoint(self, folder: Path) -> None:
+        """Before any rank loads: raise CheckpointError when this rank's DeepSpeed files are missing from ``folder``.
+
+        Run in the ranks' validation (so that all fall back together) rather than inside ``engine.load_checkpoint``,
+        where one rank's missing shard would leave the others waiting in the engine's collectives.
+        """
+        if self.engine is None or self.engine.optimizer is None:
+            return
+        from ..distributed import get_rank
+
+        check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage)
+
     def load(self, folder: Path) -> None:
         """``engine.load_checkpoint``: weights, optimizer, scheduler and loss scale (when ``folder`` has them)."""
         if self.engine is None:
             return
         if not (Path(folder) / "latest").is_file():
-            logger.warning("%s has no DeepSpeed checkpoint ('latest' is missing; saved with save_only_model?): only "
-                           "the model weights are restored, the optimizer and scheduler start fresh", folder)
+            if not _saved_model_only(Path(folder)):
+                from ..checkpoint.layout import CheckpointError
+
+                raise CheckpointError(f"{folder} has no DeepSpeed checkpoint ('latest' is missing) although it was not "
+                                      "saved with save_only_model=True: its optimizer and scheduler state are lost; "
+                                      "resume from another checkpoint")
+            logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
+                           "are restored, the optimizer and scheduler start fresh", folder)
             return
         path, _ = self.engine.load_checkpoint(str(folder), load_optimizer_states=True, load_lr_scheduler_states=True)
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {folder}; check that it was written with "
                                "the same ZeRO stage and number of processes")
+
+
+def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int) -> None:
+    """Raise CheckpointError unless ``folder`` holds ``latest``, its tag folder, model states and (ZeRO >= 1) this
+    rank's ZeRO optimizer shard. A checkpoint saved with ``save_only_model=True`` (no ``latest``) passes."""
+    from ..checkpoint.layout import CheckpointError
+
+    latest = folder / "latest"
+    if not latest.is_file():
+        return  # load() decides: model-only checkpoint, or an error
+    tag = latest.read_text(encoding="utf-8").strip()
+    step = folder / tag
+    missing = None
+    if not tag or not step.is_dir():
+        missing = f"the folder {step} named by 'latest'"
+    elif not any(step.glob("*model_states.pt")):
+        missing = f"the model states (*model_states.pt) in {step}"
+    elif zero_stage >= 1 and not any(step.glob(f"*zero_pp_rank_{rank}_*optim_states.pt")):
+        missing = f"rank {rank}'s ZeRO optimizer shard (*zero_pp_rank_{rank}_*optim_states.pt) in {step}"
+    if missing is not None:
+        raise CheckpointError(f"{folder}: DeepSpeed checkpoint incomplete: {missing} is missing (the save was "
+                              "interrupted, or the checkpoint was written by another number of processes)")
+
+
+def _saved_model_only(folder: Path) -> bool:
+    """Whether the checkpoint's own ``training_args.json`` says ``save_only_model=True``."""
+    import json
+
+    try:
+        saved = json.loads((folder / "training_args.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(saved, dict) and saved.get("save_only_model"))
 
 
 def _copy(config: dict[str, Any]) -> dict[str, Any]:

@@ -297,7 +297,9 @@ class FSDPBackend(SingleDeviceBackend):
         state = {"model": model_state, "optimizer": optim_state}
         try:
             dcp.load(state, checkpoint_id=str(path))
-        except Exception as err:  # DCP wraps every reader failure in its own exception types
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: B036 - DCP's CheckpointException derives from BaseException
             raise CheckpointError(f"{path}: cannot read the sharded FSDP state ({err})") from err
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])

@@ -16,8 +16,9 @@ Who owns what (trainwell deletes only what it wrote):
 - ``.tmp-checkpoint-<step>-<pid>``: trainwell's interrupted write; :func:`cleanup_incomplete` deletes it only when
   ``<pid>`` is not a live process on this host (another trainer may be in the middle of a save).
 
-The marker holds a small JSON record (the relative path and size of every file) so that a later truncation
-or deletion of a file is detected before anything is loaded (:func:`verify_checkpoint`).
+The marker holds a small JSON record (the relative path, size and checksum of every file) so that a later
+truncation, deletion or change of a file is detected before anything is loaded (:func:`verify_checkpoint`).
+Several ranks commit one checkpoint together through :mod:`trainwell.checkpoint.commit`.
 
 This module imports neither torch nor numpy.
 """
@@ -31,11 +32,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from ..trainer_utils import PREFIX_CHECKPOINT_DIR, is_checkpoint_name
+from .digest import FileDigest, default_algorithm, hash_file
 
 logger = logging.getLogger(__name__)
 
@@ -205,21 +208,37 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def _fsync_tree(root: Path) -> dict[str, int]:
-    """fsync every file and folder under ``root``; returns ``{relative posix path: size}`` of the files."""
-    sizes: dict[str, int] = {}
+def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None) -> dict[str, dict]:
+    """fsync every file and folder under ``root``; returns ``{relative posix path: {"size", <algorithm>}}``.
+
+    Files in ``known`` (absolute path -> digest recorded while they were written, already fsynced) are not read
+    again; every other file (written by an engine: DeepSpeed, DCP) is fsynced and hashed here.
+    """
+    algorithm = default_algorithm()
+    known = known or {}
+    files: dict[str, dict] = {}
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
-            _fsync_file(path)
-            sizes[path.relative_to(root).as_posix()] = path.stat().st_size
+            rel = path.relative_to(root).as_posix()
+            if rel == COMPLETE_MARKER:
+                continue
+            found = known.get(str(path.resolve()))
+            if found is None or found.size != path.stat().st_size:
+                _fsync_file(path)
+                found = hash_file(path, algorithm)
+            files[rel] = {"size": found.size, algorithm: found.digest}
         _fsync_dir(Path(dirpath))
-    return sizes
+    return files
 
 
-def write_marker(folder: Path, files: dict[str, int]) -> None:
-    """Write the completion marker (with the file list) into ``folder`` and fsync it."""
-    record = {"format": 1, "created": time.time(), "files": files}
+def write_marker(folder: Path, files: Mapping[str, int | Mapping[str, Any]]) -> None:
+    """Write the completion marker (with the file list) into ``folder`` and fsync it.
+
+    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}`` (or to a bare size: no
+    checksum). The record: ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}}``.
+    """
+    record = {"format": 2, "created": time.time(), "checksum": default_algorithm(), "files": dict(files)}
     marker = folder / COMPLETE_MARKER
     with open(marker, "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
@@ -240,28 +259,65 @@ def read_marker(folder: str | os.PathLike) -> dict:
     if not text:
         return {}
     try:
-        return json.loads(text)
+        record = json.loads(text)
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{marker}: the completion marker is not valid JSON ({err})") from err
+    if not isinstance(record, dict) or not isinstance(record.get("files", {}), dict):
+        raise CheckpointError(f"{marker}: the completion marker is not a trainwell marker record")
+    return record
 
 
-def verify_checkpoint(folder: str | os.PathLike) -> None:
-    """Check that every file recorded in the marker exists with its recorded size.
+def marker_files(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """The marker's file list as ``{relative path: {"size": int, <algorithm>: digest...}}`` (sizes-only markers of
+    format 1 give ``{"size": int}``; a hand-made empty marker gives ``{}``)."""
+    files = read_marker(folder).get("files", {})
+    return {rel: (entry if isinstance(entry, dict) else {"size": entry}) for rel, entry in files.items()}
 
-    Raises :class:`CheckpointError` naming the first missing or resized file. Files written after the
-    marker (the RNG files of other ranks) and hand-made empty markers are not checked.
+
+def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
+                      select: Callable[[int, str], bool] | None = None) -> None:
+    """Check that every file recorded in the marker exists with its recorded size and checksum.
+
+    Raises :class:`CheckpointError` naming the first missing, resized or changed file. ``checksums=False``
+    checks sizes only; ``select(index, relative path)`` restricts the check to some files (the ranks of a job
+    share the reading). Hand-made empty markers have nothing to check.
     """
     root = Path(folder)
-    files = read_marker(root).get("files", {})
-    for rel, size in files.items():
+    record = read_marker(root)
+    algorithm = record.get("checksum")
+    for index, (rel, entry) in enumerate(sorted(marker_files(root).items())):
+        if select is not None and not select(index, rel):
+            continue
         path = root / rel
         if not path.is_file():
             raise CheckpointError(f"{path}: file is missing from checkpoint {root} (it was deleted after saving)")
         actual = path.stat().st_size
+        size = entry.get("size")
         if actual != size:
             raise CheckpointError(
                 f"{path}: file has {actual} bytes but {size} were written (truncated or overwritten after saving)"
             )
+        expected = entry.get(algorithm) if algorithm else None
+        if checksums and expected is not None:
+            try:
+                got = hash_file(path, algorithm).digest
+            except ValueError as err:
+                raise CheckpointError(f"{root / COMPLETE_MARKER}: {err}") from err
+            if got != expected:
+                raise CheckpointError(
+                    f"{path}: the file's {algorithm} checksum {got} differs from the {expected} recorded when it was "
+                    "saved: its content changed on disk (bit rot, a partial copy, or an edit); resume from another "
+                    "checkpoint")
+
+
+def disk_full_error(err: OSError, final: Path) -> OSError:
+    """The error to raise when writing ``final`` ran out of space (names the intact checkpoints and the fixes)."""
+    kept = list_complete_checkpoints(final.parent)
+    return OSError(err.errno, (
+        f"no space left on the disk of {final.parent} while writing {final.name} ({err}); the half-written "
+        f"folder was removed and the checkpoints already saved are intact (newest: "
+        f"{kept[-1] if kept else 'none'}). Free disk space, lower save_total_limit, or set "
+        f"save_only_model=True to write smaller checkpoints"))
 
 
 def _refuse_foreign(final: Path) -> None:
@@ -317,12 +373,7 @@ def atomic_checkpoint_dir(final: str | os.PathLike) -> Iterator[Path]:
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
         if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            kept = list_complete_checkpoints(final.parent)
-            raise OSError(err.errno, (
-                f"no space left on the disk of {final.parent} while writing {final.name} ({err}); the half-written "
-                f"folder was removed and the checkpoints already saved are intact (newest: "
-                f"{kept[-1] if kept else 'none'}). Free disk space, lower save_total_limit, or set "
-                f"save_only_model=True to write smaller checkpoints")) from err
+            raise disk_full_error(err, final) from err
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -2,17 +2,18 @@
 
 A checkpoint is a :class:`CheckpointContents` (model, optimizer, scheduler, any objects with
 ``state_dict()``/``load_state_dict()``, trainer state, arguments, data position, tokenizer). Saving goes
-through :func:`~trainwell.checkpoint.layout.atomic_checkpoint_dir`, so a crash never leaves a folder that
-looks complete. Loading reads and validates every file into memory first and only then applies them, so a
-damaged checkpoint raises :class:`~trainwell.checkpoint.layout.CheckpointError` without touching the model,
-and :meth:`CheckpointManager.load_latest_valid` can fall back to the previous checkpoint.
+through the commit protocol of :mod:`trainwell.checkpoint.commit` (one transaction for every rank and the
+backend's engine files: temporary folder, every rank's files, agreement, marker with sizes and checksums,
+rename), so a crash never leaves a folder that looks complete. Loading validates every file (sizes, checksums,
+pickle allow-list) and reads everything into memory first, and only then applies it, so a damaged checkpoint
+raises :class:`~trainwell.checkpoint.layout.CheckpointError` without touching the model;
+:meth:`CheckpointManager.load_latest_valid` falls back to the previous checkpoint, with every rank together
+(:mod:`trainwell.checkpoint.agreement`).
 
 Several processes (``world_size > 1``): the process(es) with ``should_save=True`` (rank 0, or the local main
-process of each node with ``save_on_each_node``) write everything, their own RNG file included, atomically.
-Then all ranks meet at a barrier, and every other rank writes its ``rng_state_<rank>.pth`` into the finished
-folder (each with an atomic single-file write), then all meet at a second barrier. These late RNG files are
-not listed in the marker; a rank whose RNG file is missing on resume warns and keeps its current RNG state.
-Backends whose weights are sharded across ranks pass the gathered full weights as ``model_state_dict``.
+process of each node with ``save_on_each_node``) write the shared files; every rank writes its own
+``rng_state_<rank>.pth`` into the same temporary folder, before the marker that lists them all. Backends whose
+weights are sharded across ranks pass the gathered full weights as ``model_state_dict``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import json
 import logging
 import os
 import pickle
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,8 @@ from .layout import CheckpointError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
+
+    from .commit import Ranks
 
 logger = logging.getLogger(__name__)
 
@@ -70,25 +72,29 @@ class CheckpointContents:
 
 
 def _torch_save(obj: Any, path: Path) -> None:
-    import torch
+    """``torch.save``, hashed and fsynced as it writes (the checksum goes into the marker)."""
+    from .digest import torch_save
 
-    torch.save(obj, path)
+    torch_save(obj, path)
 
 
-def _torch_read(path: Path, what: str) -> Any:
+def _write_text(path: Path, text: str) -> None:
+    from .digest import write_bytes
+
+    write_bytes(path, text.encode("utf-8"))
+
+
+def _torch_read(path: Path, what: str, trusted: bool = False) -> Any:
     import torch
 
     if not path.is_file():
         raise CheckpointError(f"{path}: {what} file is missing from the checkpoint")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        raise CheckpointError(
-            f"{path}: the {what} state holds objects that safe loading refuses ({err}); make its state_dict() "
-            "return only tensors, numbers, strings, lists and dicts"
-        ) from err
-    except (RuntimeError, EOFError, ValueError, OSError) as err:
-        raise CheckpointError(f"{path}: cannot read {what} state ({err}); the file is truncated or corrupt") from err
+        return torch.load(path, map_location="cpu", weights_only=not trusted)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as err:
+        from .safe_pickle import load_error
+
+        raise load_error(path, what, err) from err
 
 
 def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
@@ -119,11 +125,13 @@ class CheckpointManager:
     ``save_total_limit``: keep at most that many complete checkpoints (the newest and the best are never
     deleted). ``rank``/``world_size``: this process's place (selects its RNG file). ``should_save``: whether this
     process writes the checkpoint (rank 0; the local main process of each node with ``save_on_each_node``).
+    ``trust_pickles``: load pickled files without the allow-list check (``trust_checkpoint_pickles``).
     """
 
     def __init__(self, output_dir: str | os.PathLike, *, save_total_limit: int | None = None, rank: int = 0,
-                 world_size: int = 1, should_save: bool = True) -> None:
+                 world_size: int = 1, should_save: bool = True, trust_pickles: bool = False) -> None:
         self.output_dir = Path(output_dir)
+        self.trust_pickles = trust_pickles
         self.save_total_limit = save_total_limit
         self.rank = rank
         self.world_size = world_size
@@ -142,30 +150,36 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------------------ save
 
-    def save(self, step: int, contents: CheckpointContents) -> Path:
-        """Write checkpoint ``step`` and return its folder.
+    def save(self, step: int, contents: CheckpointContents, *,
+             engine_save: Callable[[Path], None] | None = None) -> Path:
+        """Write checkpoint ``step`` with the commit protocol of :mod:`trainwell.checkpoint.commit`; returns its folder.
 
-        A collective when ``world_size > 1``: every rank must call it (see the module docstring). Call
-        :meth:`rotate` afterwards to apply ``save_total_limit``.
+        A collective when ``world_size > 1``: every rank must call it. ``engine_save(tmp)`` (the backend's
+        ``save``) writes the engine's own files into the temporary folder before the marker. Call :meth:`rotate`
+        afterwards to apply ``save_total_limit``.
         """
-        from ..distributed import barrier
+        from .commit import commit_checkpoint
 
-        final = self.checkpoint_dir(step)
-        if self.should_save:
-            with layout.atomic_checkpoint_dir(final) as tmp:
+        def write_files(tmp: Path) -> None:
+            if self.should_save:
                 self._write_contents(tmp, contents)
-        if self.world_size > 1:
-            barrier()
-            if not self.should_save and not contents.save_only_model:
-                from .rng import save_rng_file
+            if not contents.save_only_model:
+                from .rng import capture_rng_state
 
-                final.mkdir(parents=True, exist_ok=True)
-                save_rng_file(final / self.rng_file)
-            barrier()
-        return final
+                _torch_save(capture_rng_state(), tmp / self.rng_file)
+
+        return commit_checkpoint(self.checkpoint_dir(step), step, self.ranks, should_save=self.should_save,
+                                 write_files=write_files, engine_save=engine_save)
+
+    @property
+    def ranks(self) -> "Ranks":
+        """The processes taking part in saves and resumes."""
+        from .commit import Ranks
+
+        return Ranks(self.rank, self.world_size)
 
     def _write_contents(self, folder: Path, c: CheckpointContents) -> None:
-        from .rng import capture_rng_state
+        """The files of the saving rank (everything but the per-rank RNG files and the engine's files)."""
         from .weights import save_model_weights
 
         save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
@@ -177,14 +191,13 @@ class CheckpointManager:
                 _torch_save(c.scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
             for name, obj in c.extra.items():
                 _torch_save(obj.state_dict(), folder / f"{name}.pt")
-            _torch_save(capture_rng_state(), folder / self.rng_file)
         if c.trainer_state is not None:
             c.trainer_state.save_to_json(str(folder / layout.TRAINER_STATE_NAME))
         if c.args is not None:
-            (folder / layout.TRAINING_ARGS_JSON_NAME).write_text(c.args.to_json_string(), encoding="utf-8")
+            _write_text(folder / layout.TRAINING_ARGS_JSON_NAME, c.args.to_json_string())
             _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
         if c.data_state is not None:
-            (folder / layout.DATA_STATE_NAME).write_text(json.dumps(c.data_state, indent=2), encoding="utf-8")
+            _write_text(folder / layout.DATA_STATE_NAME, json.dumps(c.data_state, indent=2))
         if c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
             c.processing_class.save_pretrained(str(folder))
 
@@ -243,13 +256,19 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------------------------ load
 
-    def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool) -> dict[str, Any]:
+    def verify(self, folder: str | os.PathLike) -> None:
+        """Check every file of ``folder`` against its marker (sizes, checksums) and the pickle allow-list."""
+        from .agreement import verify_share
+
+        verify_share(Path(folder), share=(0, 1), own=[], trust_pickles=self.trust_pickles)
+
+    def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool, verify: bool) -> dict[str, Any]:
         """Read and validate every file needed for ``c`` into memory; touches nothing."""
         from .rng import read_rng_file
         from .weights import find_weights_file, match_state_dict, read_weights
 
-        if layout.is_complete(folder):
-            layout.verify_checkpoint(folder)  # a foreign folder has no file list: loading it validates it
+        if verify:
+            self.verify(folder)  # a foreign folder has no file list: loading it validates it
         staged: dict[str, Any] = {"trainer_state_dict": self._read_trainer_state(folder)}
         state, origin = read_weights(folder)
         staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
@@ -257,7 +276,7 @@ class CheckpointManager:
             staged.update(self._read_training_state(folder, c))
         rng_path = folder / self.rng_file
         if rng_path.is_file():
-            staged["rng"] = read_rng_file(rng_path)
+            staged["rng"] = read_rng_file(rng_path, trusted=self.trust_pickles)
         else:
             logger.warning("no RNG state %s in %s; the random streams are not restored", self.rng_file, folder)
         data_path = folder / layout.DATA_STATE_NAME
@@ -284,32 +303,34 @@ class CheckpointManager:
     def _read_training_state(self, folder: Path, c: CheckpointContents) -> dict[str, Any]:
         staged: dict[str, Any] = {}
         if c.optimizer is not None and (folder / layout.OPTIMIZER_NAME).is_file():
-            staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer")
+            staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer", self.trust_pickles)
             _check_optimizer_state(folder / layout.OPTIMIZER_NAME, staged["optimizer"], c.optimizer)
         elif c.optimizer is not None:
             logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():
-            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler")
+            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
         for name in c.extra:
             path = folder / f"{name}.pt"
             if path.is_file():
-                staged[f"extra:{name}"] = _torch_read(path, name)
+                staged[f"extra:{name}"] = _torch_read(path, name, self.trust_pickles)
             else:
                 logger.warning("%s has no %s; %r keeps its current state", folder, path.name, name)
         return staged
 
     def load(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
-             load_trainer_state: Callable[[str], Any] | None = None) -> dict[str, Any]:
+             load_trainer_state: Callable[[str], Any] | None = None, verify: bool = True) -> dict[str, Any]:
         """Restore ``contents`` from ``folder``: model weights (strict), optimizer, scheduler, extras, this rank's RNG.
 
         ``load_optimizer=False`` restores weights, data state and RNG only. Every file is validated before
-        anything is applied; a problem raises :class:`CheckpointError` naming the file. Returns
+        anything is applied (``verify=False`` skips the marker and pickle checks, when
+        :mod:`~trainwell.checkpoint.agreement` did them already); a problem raises :class:`CheckpointError` naming
+        the file. Returns
         ``{"data_state": dict | None, "trainer_state_path": str | None, "trainer_state": ... | None,
         "loaded": [names restored]}``; ``trainer_state`` is ``load_trainer_state(path)`` when given.
         """
         folder = Path(folder)
-        staged = self._read_all(folder, contents, load_optimizer)
+        staged = self._read_all(folder, contents, load_optimizer, verify)
         contents.model.load_state_dict(staged["model"], strict=True)
         loaded = ["model"]
         if "optimizer" in staged:
@@ -333,26 +354,33 @@ class CheckpointManager:
                 "trainer_state": trainer_state, "loaded": loaded}
 
     def load_latest_valid(self, contents: CheckpointContents, *, load_optimizer: bool = True,
-                          load_trainer_state: Callable[[str], Any] | None = None) -> tuple[Path, dict[str, Any]]:
-        """Load the newest complete checkpoint that passes validation, falling back to older ones.
+                          load_trainer_state: Callable[[str], Any] | None = None,
+                          engine_load: Callable[[Path], None] | None = None,
+                          engine_check: Callable[[Path], None] | None = None,
+                          context: Callable[[], Any] | None = None) -> tuple[Path, dict[str, Any]]:
+        """Load the newest complete checkpoint that every rank validates and loads, falling back to older ones.
 
-        Each damaged checkpoint is reported (``warnings.warn`` and ``logger.warning``). Raises ValueError when
-        ``output_dir`` has no complete checkpoint, CheckpointError when none of them loads.
+        A collective when ``world_size > 1`` (see :mod:`trainwell.checkpoint.agreement`): all ranks end on the
+        same checkpoint. ``engine_load(folder)`` (the backend's ``load``) runs after trainwell's files, inside the
+        same fallback, ``engine_check(folder)`` (the backend's ``check_checkpoint``) in the validation step;
+        ``context()`` wraps the loading of trainwell's files. Each damaged checkpoint is reported
+        (``warnings.warn`` and ``logger.warning``). Raises ValueError when ``output_dir`` has no complete
+        checkpoint, CheckpointError when none of them loads, UnsafeCheckpointError for a refused pickle.
         """
-        found = layout.list_resumable_checkpoints(self.output_dir)
-        if not found:
-            raise ValueError(f"no valid checkpoint found in {self.output_dir}")
-        failures: list[str] = []
-        candidates = list(reversed(found))
-        for i, folder in enumerate(candidates):
-            try:
-                result = self.load(folder, contents, load_optimizer=load_optimizer,
-                                   load_trainer_state=load_trainer_state)
-                return folder, result
-            except CheckpointError as err:
-                failures.append(f"{folder.name}: {err}")
-                if i + 1 < len(candidates):
-                    message = f"checkpoint {folder} is damaged ({err}); falling back to {candidates[i + 1]}"
-                    logger.warning(message)
-                    warnings.warn(message, stacklevel=2)
-        raise CheckpointError(f"no checkpoint in {self.output_dir} could be loaded:\n  " + "\n  ".join(failures))
+        from .agreement import candidates, load_agreed
+
+        return load_agreed(self, candidates(self), contents, fallback=True, load_optimizer=load_optimizer,
+                           load_trainer_state=load_trainer_state, engine_load=engine_load,
+                           engine_check=engine_check, context=context)
+
+    def load_agreed(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
+                    load_trainer_state: Callable[[str], Any] | None = None,
+                    engine_load: Callable[[Path], None] | None = None,
+                    engine_check: Callable[[Path], None] | None = None,
+                    context: Callable[[], Any] | None = None) -> dict[str, Any]:
+        """:meth:`load` of one given folder by every rank together: all succeed or all raise (no fallback)."""
+        from .agreement import load_agreed
+
+        return load_agreed(self, [Path(folder)], contents, fallback=False, load_optimizer=load_optimizer,
+                           load_trainer_state=load_trainer_state, engine_load=engine_load,
+                           engine_check=engine_check, context=context)[1]

@@ -117,8 +117,8 @@ def save_rng_file(path: str | os.PathLike) -> Path:
     return write_atomic(path, lambda tmp: torch.save(state, tmp))
 
 
-def read_rng_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read an RNG state file (safe loading); raises CheckpointError when it is unreadable."""
+def read_rng_file(path: str | os.PathLike, *, trusted: bool = False) -> dict[str, Any]:
+    """Read an RNG state file (safe loading unless ``trusted``); raises CheckpointError when it is unreadable."""
     import pickle
 
     import torch
@@ -127,9 +127,11 @@ def read_rng_file(path: str | os.PathLike) -> dict[str, Any]:
 
     try:
         with torch.serialization.safe_globals(_numpy_safe_globals()):
-            state = torch.load(Path(path), map_location="cpu", weights_only=True)
+            state = torch.load(Path(path), map_location="cpu", weights_only=not trusted)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
-        raise CheckpointError(f"{path}: cannot read RNG state ({err}); the file is truncated or corrupt") from err
+        from .safe_pickle import load_error
+
+        raise load_error(Path(path), "RNG", err) from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a dict of RNG states, found {type(state).__name__}")
     return state

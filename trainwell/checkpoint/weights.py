@@ -126,14 +126,14 @@ def _shard_name(single: str, index: int, count: int) -> str:
 
 
 def _write_file(tensors: dict, path: Path, safe: bool, metadata: dict[str, str]) -> None:
-    if safe:
-        from safetensors.torch import save_file
+    from . import digest
 
-        save_file(tensors, str(path), metadata=metadata)
+    if safe:  # the bytes are hashed before they are written: the checkpoint marker records the checksum
+        from safetensors.torch import save
+
+        digest.write_bytes(path, save(tensors, metadata=metadata))
     else:
-        import torch
-
-        torch.save(tensors, path)
+        digest.torch_save(tensors, path)
 
 
 def _remove_stale_weight_files(folder: Path, written: set[str]) -> None:

@@ -20,7 +20,8 @@ Format (every key but ``model`` and a training dataset is optional)::
       max_steps: 200
 
 Import paths are ``package.module:attribute`` (``attribute`` may be dotted). The folder holding the YAML file
-is put on ``sys.path`` first, so a ``my_recipe.py`` next to it is found. Every problem raises
+is put on ``sys.path`` first, so a ``my_recipe.py`` next to it is found. A recipe is code: its factories are
+imported and called (``factory: "os:system"`` runs a shell command), so load only recipes you would run as a script. Every problem raises
 :class:`RecipeError` naming the file, the YAML key and the fix.
 """
 

@@ -1,0 +1,117 @@
+"""The 2-rank job that ``test_kill_resume.py`` kills and relaunches (``torchrun --nproc_per_node=2``, gloo, CPU).
+
+Usage: ``kill_job.py OUT_DIR BACKEND`` with BACKEND ``ddp``, ``fsdp`` or ``zero2``. The job trains a dropout MLP for
+12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with ``resume_from_checkpoint=True``
+whenever ``OUT_DIR`` holds a complete checkpoint (the requeue idiom). Kills:
+
+- ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>``: trainwell's test hook inside the save (checkpoint/commit.py);
+- ``KILL_JOB_AT_STEP=<step>:<rank>``: SIGKILL that rank at the end of that optimizer step (between saves).
+
+When training ends, rank 0 writes ``OUT_DIR/final.safetensors`` (the consolidated weights) and ``OUT_DIR/result.json``
+(``resumed_from``, ``global_step``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+torch.set_num_threads(1)
+
+from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
+from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402
+
+RANK = int(os.environ.get("RANK", "0"))
+
+
+class DropoutMLP(nn.Module):
+    """A classifier with dropout: an exact resume needs every rank's RNG."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 16)
+        self.drop = nn.Dropout(0.3)
+        self.fc2 = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        logits = self.fc2(self.drop(torch.tanh(self.fc1(x))))
+        out = {"logits": logits}
+        if labels is not None:
+            out = {"loss": nn.functional.cross_entropy(logits, labels), **out}
+        return out
+
+
+def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 6, generator=gen)
+    y = torch.randint(0, 3, (n,), generator=gen)
+    return [{"x": x[i], "labels": y[i]} for i in range(n)]
+
+
+class KillAtStep(TrainerCallback):
+    """SIGKILL this rank at the end of the optimizer step named by ``KILL_JOB_AT_STEP``; prints the step this
+    rank starts (or resumes) training at as ``RANK<r> BEGIN_STEP <n>``."""
+
+    def __init__(self) -> None:
+        spec = os.environ.get("KILL_JOB_AT_STEP", "")
+        step, _, rank = spec.partition(":")
+        self.step = int(step) if spec and int(rank) == RANK else None
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+        print(f"RANK{RANK} BEGIN_STEP {state.global_step}", flush=True)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+        if state.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return control
+
+
+def backend_args(name: str) -> dict:
+    if name == "fsdp":
+        return {"fsdp": "full_shard"}
+    if name == "zero2":
+        return {"deepspeed": {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": 2}},
+                "ddp_backend": "gloo"}
+    return {}
+
+
+def main(out: Path, backend: str) -> None:
+    set_seed(0)
+    args = TrainingArguments(
+        output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, num_train_epochs=2, learning_rate=0.05,
+        warmup_steps=2, logging_steps=1, save_strategy="steps", save_steps=3, seed=0, report_to="none",
+        disable_tqdm=True, max_grad_norm=1.0, **backend_args(backend))
+    trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=make_data(), callbacks=[KillAtStep()])
+    resume = get_last_checkpoint(str(out)) is not None
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else None
+    state = state if state is not None else trainer.model.state_dict()
+    if RANK == 0:
+        from safetensors.torch import save_file
+
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(out / "final.safetensors"))
+        resumed = [e for e in trainer.state.log_history if "loss" in e]
+        result = {"global_step": trainer.state.global_step, "resumed": resume, "first_logged_step":
+                  resumed[0]["step"] if resumed else None}
+        (out / "result.json").write_text(json.dumps(result))
+    sys.stdout.flush()
+    import torch.distributed as dist
+
+    dist.barrier()
+    # DeepSpeed's communication threads can abort the interpreter's teardown; everything is written.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2])

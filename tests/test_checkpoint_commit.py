@@ -1,0 +1,74 @@
+"""The commit protocol in one process: engine files go into the temporary folder before the marker; a failure of
+any writer leaves no checkpoint and the earlier ones intact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from trainwell.checkpoint import layout
+from trainwell.checkpoint.digest import hash_file
+from trainwell.checkpoint.manager import CheckpointContents, CheckpointManager
+
+
+def _contents() -> CheckpointContents:
+    model = nn.Linear(3, 2)
+    return CheckpointContents(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_engine_files_are_written_before_the_marker_and_listed(tmp_path):
+    seen = []
+
+    def engine_save(folder: Path) -> None:
+        seen.append((folder.name, (folder / layout.COMPLETE_MARKER).exists()))
+        (folder / "global_step1").mkdir()
+        (folder / "global_step1" / "shard.bin").write_bytes(b"engine bytes")
+        (folder / "latest").write_text("global_step1")
+
+    final = CheckpointManager(tmp_path).save(1, _contents(), engine_save=engine_save)
+    assert seen[0][0].startswith(".tmp-checkpoint-1-") and seen[0][1] is False
+    files = layout.marker_files(final)
+    algorithm = layout.read_marker(final)["checksum"]
+    for rel in ("global_step1/shard.bin", "latest", "model.safetensors", "optimizer.pt", "rng_state.pth"):
+        assert files[rel][algorithm] == hash_file(final / rel, algorithm).digest, rel
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+
+
+def test_a_failing_engine_leaves_no_checkpoint(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, _contents())
+
+    def broken(folder: Path) -> None:
+        (folder / "half").write_bytes(b"x")
+        raise RuntimeError("engine exploded")
+
+    with pytest.raises(RuntimeError, match="engine exploded"):
+        manager.save(2, _contents(), engine_save=broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]  # no checkpoint-2, no .tmp- left
+    manager.verify(tmp_path / "checkpoint-1")
+
+
+def test_kill_hook_is_inert_without_the_variable(tmp_path, monkeypatch):
+    from trainwell.checkpoint.commit import KILL_ENV, test_hook
+
+    monkeypatch.setenv(KILL_ENV, "files:7:1,rename:3:1")
+    test_hook("files", 7, 0)  # another rank
+    test_hook("marker", 7, 1)  # another phase
+    test_hook("rename", 4, 1)  # another step
+
+
+def test_without_xxhash_the_marker_uses_blake2b_and_still_verifies(tmp_path, monkeypatch):
+    from trainwell.checkpoint import digest
+
+    monkeypatch.setattr(digest, "_xxhash", lambda: None)
+    final = CheckpointManager(tmp_path).save(1, _contents())
+    assert layout.read_marker(final)["checksum"] == "blake2b_128"
+    CheckpointManager(tmp_path).verify(final)
+    data = bytearray((final / "optimizer.pt").read_bytes())
+    data[-30] ^= 0x10
+    (final / "optimizer.pt").write_bytes(bytes(data))
+    with pytest.raises(layout.CheckpointError, match="optimizer.pt: the file's blake2b_128 checksum"):
+        CheckpointManager(tmp_path).verify(final)

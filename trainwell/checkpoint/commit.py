@@ -1,0 +1,191 @@
+"""The commit protocol of a checkpoint, the same for one process and for every rank of every backend.
+
+1. Rank 0's pid names the temporary folder ``output_dir/.tmp-checkpoint-<step>-<pid>`` (broadcast, so every rank
+   writes into the same folder); the saving rank(s) create it; all ranks meet (collective 1).
+2. Every rank writes its files into it: the saving rank(s) the model, optimizer, scheduler, state and arguments,
+   every rank its own ``rng_state_<rank>.pth``; files written by trainwell are hashed and fsynced as they are
+   written. Then the backend's engine writes its files there too (DeepSpeed ``engine.save_checkpoint``, DCP shards,
+   the consolidated ZeroRedundancyOptimizer state): these calls are collectives of their own.
+3. All ranks exchange what they wrote and whether they succeeded (collective 2). If any rank failed, the
+   temporary folder is removed and every rank raises: no checkpoint, the previous ones untouched.
+4. The saving rank (each node's with ``save_on_each_node``) fsyncs and hashes the engine files, writes the
+   ``.complete`` marker listing every file of every rank (size and checksum), and renames the folder to
+   ``checkpoint-<step>``. All ranks exchange the outcome (collective 3) before anyone goes on: a failure to seal
+   (e.g. a rank's file not visible where the marker is written) raises on every rank.
+
+Nothing is written into a folder after its marker. A kill at any point leaves the earlier checkpoints intact and at
+most a ``.tmp-`` folder, which the next ``train()`` removes.
+
+Test hook: with the environment variable ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>[,...]`` the process of that
+rank SIGKILLs itself at that phase of the save of ``checkpoint-<step>``. Phases, in order: ``files`` (its own files
+written), ``engine`` (the engine's files written, before collective 2), ``marker`` (after collective 2, before the
+marker), ``rename`` (marker written, before the rename), ``renamed`` (before collective 3). It exists for the
+kill tests (``tests/distributed/test_kill_resume.py``) and costs one environment lookup per save.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import shutil
+import signal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import digest, layout
+from .layout import CheckpointError
+
+logger = logging.getLogger(__name__)
+
+KILL_ENV = "TRAINWELL_TEST_KILL_AT"
+
+
+def test_hook(phase: str, step: int, rank: int) -> None:
+    """SIGKILL this process when ``TRAINWELL_TEST_KILL_AT`` names ``phase:step:rank`` (see the module docstring)."""
+    spec = os.environ.get(KILL_ENV)
+    if not spec:
+        return
+    for item in spec.split(","):
+        parts = item.strip().split(":")
+        if len(parts) == 3 and parts[0] == phase and parts[1] == str(step) and parts[2] == str(rank):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Ranks:
+    """The processes that take part in a save or a resume, and the few collectives the protocols need.
+
+    Every collective is an object all-gather (a few bytes), run only at save and resume time. With one process,
+    or no process group, they are local no-ops.
+    """
+
+    def __init__(self, rank: int = 0, world_size: int = 1) -> None:
+        self.rank = rank
+        self.world_size = world_size
+
+    @property
+    def active(self) -> bool:
+        """True when several processes take part (a process group is initialised)."""
+        if self.world_size <= 1:
+            return False
+        from ..distributed import is_dist
+
+        return is_dist()
+
+    def gather(self, obj: Any) -> list[Any]:
+        """``obj`` of every rank, in rank order."""
+        if not self.active:
+            return [obj]
+        from ..distributed import all_gather_object
+
+        return all_gather_object(obj)
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+        if self.active:
+            from ..distributed import barrier
+
+            barrier()
+
+
+def _record(root: Path, written: dict[str, digest.FileDigest]) -> dict[str, tuple[int, str]]:
+    """The files this rank wrote under ``root``, as ``{relative path: (size, digest)}`` (picklable)."""
+    base = str(root.resolve()) + os.sep
+    return {path[len(base):].replace(os.sep, "/"): (d.size, d.digest) for path, d in written.items()
+            if path.startswith(base)}
+
+
+def _merge(reports: list[dict[str, Any]], me: int) -> dict[str, digest.FileDigest]:
+    """The files the marker written by rank ``me`` must list: every rank's, or its node's with several savers."""
+    savers = sum(1 for report in reports if report["saves"])
+    host = reports[me]["host"]
+    merged: dict[str, digest.FileDigest] = {}
+    for report in reports:
+        if savers > 1 and report["host"] != host:
+            continue
+        for rel, (size, value) in report["files"].items():
+            merged[rel] = digest.FileDigest(size, value)
+    return merged
+
+
+def _seal(tmp: Path, final: Path, reported: dict[str, digest.FileDigest], step: int, rank: int) -> None:
+    """Check every reported file is visible, hash the others, write the marker, rename into place."""
+    for rel, expected in reported.items():
+        path = tmp / rel
+        if not path.is_file() or path.stat().st_size != expected.size:
+            raise CheckpointError(
+                f"{path}: written by another rank but not visible (or of another size) where the marker is written; "
+                "the output_dir must be on a file system every rank sees, or set save_on_each_node=True when each "
+                "node has its own disk")
+    known = {str((tmp / rel).resolve()): value for rel, value in reported.items()}
+    files = layout._fsync_tree(tmp, known)
+    layout.write_marker(tmp, files)
+    test_hook("rename", step, rank)
+    layout._replace_folder(tmp, final)
+
+
+def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool,
+                      write_files: Callable[[Path], None],
+                      engine_save: Callable[[Path], None] | None = None) -> Path:
+    """Write checkpoint ``final`` with the protocol of the module docstring; a collective when several ranks run.
+
+    ``write_files(tmp)`` writes this rank's own files (it is called on every rank); ``engine_save(tmp)`` lets the
+    backend's engine write its files (called on every rank, even after ``write_files`` failed, so that the
+    engine's collectives stay matched). Returns ``final``.
+    """
+    final = Path(final)
+    pid = ranks.gather(os.getpid())[0]
+    tmp = final.parent / f"{layout.TMP_PREFIX}{final.name}-{pid}"
+    if should_save:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():  # our own name: a left-over of this very process (a save retried after an error)
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    ranks.barrier()
+    error: BaseException | None = None
+    with digest.recording() as written:
+        try:
+            write_files(tmp)
+            test_hook("files", step, ranks.rank)
+        except Exception as err:  # reported to every rank below; the engine's collectives must still run
+            error = err
+        try:
+            if engine_save is not None:
+                engine_save(tmp)
+            test_hook("engine", step, ranks.rank)
+        except Exception as err:
+            error = error or err
+    report = {"host": socket.gethostname(), "saves": should_save, "files": _record(tmp, written),
+              "error": None if error is None else f"{type(error).__name__}: {error}"}
+    reports = ranks.gather(report)
+    failed = [(r, rep["error"]) for r, rep in enumerate(reports) if rep["error"] is not None]
+    sealed: BaseException | None = None
+    try:
+        if failed:
+            raise CheckpointError(f"saving {final.name} failed on rank(s) " + "; ".join(
+                f"{r}: {message}" for r, message in failed) + "; the partial folder was removed, the earlier "
+                "checkpoints are intact")
+        test_hook("marker", step, ranks.rank)
+        if should_save:
+            _seal(tmp, final, _merge(reports, ranks.rank), step, ranks.rank)
+            test_hook("renamed", step, ranks.rank)
+    except Exception as err:  # every rank learns the outcome below, so none waits for a rank that gave up
+        sealed = err
+    except BaseException:
+        if should_save:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    outcomes = ranks.gather(None if sealed is None else f"{type(sealed).__name__}: {sealed}")
+    if sealed is None and any(outcomes):
+        sealed = CheckpointError(f"saving {final.name} failed on another rank: "
+                                 + "; ".join(o for o in outcomes if o))
+    if sealed is not None:
+        if should_save:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cause = error if error is not None else sealed
+        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise layout.disk_full_error(cause, final) from cause
+        raise cause
+    return final
