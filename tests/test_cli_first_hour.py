@@ -202,7 +202,7 @@ def test_resume_last_on_fresh_folder_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("argv, expected", [
     (["train", "--resume_from_checkpoint", "{tmp}/nope"], "no such checkpoint folder"),
-    (["train", "--report_to", "wandb"], "report_to"),
+    (["train", "--report_to", "azure_ml"], "report_to"),
     (["estimate-memory", "--params", "-5"], "must be a positive number, got -5"),
     (["estimate-memory", "--params", "1e9", "--gpus", "0"], "--gpus: must be >= 1, got 0"),
     (["zero-to-fp32", "{tmp}/missing", "{tmp}/out.safetensors"], "no such checkpoint folder"),
