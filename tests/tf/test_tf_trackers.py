@@ -27,6 +27,7 @@ def test_wandb_offline_run_gets_the_config_and_the_logs(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_PROJECT", "tf-project")
     monkeypatch.delenv("WANDB_DISABLED", raising=False)
+    wandb.teardown()  # an earlier test in this process may have set wandb up with other settings: read the env anew
     trainer = _train(tmp_path, ["wandb"])
     try:
         run = wandb.run
