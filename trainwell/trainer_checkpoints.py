@@ -289,6 +289,7 @@ class TrainerCheckpointing:
         folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss))
         self.backend.save(folder)
         self._last_checkpoint = folder
+        self._push_from_checkpoint(folder)
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
         return folder
 
@@ -368,6 +369,8 @@ class TrainerCheckpointing:
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
 
 def _is_exportable(callback: Any) -> bool:
