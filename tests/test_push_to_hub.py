@@ -166,6 +166,8 @@ def test_every_save_pushes_each_checkpoint_in_the_background(tiny: Any, tmp_path
     trainer = make_trainer(tiny, tmp_path, hub_strategy="every_save", hub_always_push=True)
     trainer.train()  # waits for the running pushes at its end
     assert hub.messages() == ["Training in progress, step 2", "Training in progress, step 4"]
+    # trainwell's own files (the output_dir lock, checkpoints being written, temporary copies) stay local
+    assert sorted(hub.files()) == ["model.safetensors", "training_args.bin"]
     for commit in hub.commits:
         assert "model.safetensors" in commit["files"] and "training_args.bin" in commit["files"]
         assert not any(p.startswith("checkpoint-") for p in commit["files"])

@@ -26,6 +26,10 @@ logger = logging.getLogger("trainwell.trainer")
 
 _MODEL_FILES = ("config.json", "generation_config.json", "pytorch_model.bin", "model.safetensors")
 _INDEX_FILES = ("pytorch_model.bin.index.json", "model.safetensors.index.json")
+_TMP = ".tmp-push-"
+# Never uploaded from output_dir: checkpoints (pushed by hub_strategy), trainwell's temporary folders and files
+# (checkpoints being written, .tmp-push- copies) and its output_dir lock.
+_IGNORE = ["_*", f"{PREFIX_CHECKPOINT_DIR}-*", ".tmp-*", ".*.tmp-*", ".trainwell.lock"]
 _CARD_HPARAMS = (("learning_rate", "learning_rate"), ("train_batch_size", "per_device_train_batch_size"),
                  ("eval_batch_size", "per_device_eval_batch_size"), ("seed", "seed"),
                  ("gradient_accumulation_steps", "gradient_accumulation_steps"),
@@ -157,7 +161,7 @@ class TrainerHub:
         self._finish_current_push()
         return _hf_api().upload_folder(repo_id=self.hub_model_id, folder_path=self.args.output_dir,
                                        commit_message=commit_message, token=token, run_as_future=not blocking,
-                                       ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*"],
+                                       ignore_patterns=_IGNORE,
                                        revision=revision if revision is not None else self.args.hub_revision)
 
     def _push_from_checkpoint(self, checkpoint_folder: str | os.PathLike) -> None:
@@ -173,18 +177,21 @@ class TrainerHub:
             if (folder / index).is_file():
                 files.append(index)
                 files += sorted(set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values()))
-        for name in files:
+        for name in files:  # replaced whole: a push still running (hub_always_push) never reads a half copy
             if (folder / name).is_file():
-                shutil.copy(folder / name, os.path.join(output_dir, name))
+                tmp = os.path.join(output_dir, f"{_TMP}{name}")
+                shutil.copy(folder / name, tmp)
+                os.replace(tmp, os.path.join(output_dir, name))
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
-        torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+        torch.save(self.args, os.path.join(output_dir, f"{_TMP}training_args.bin"))
+        os.replace(os.path.join(output_dir, f"{_TMP}training_args.bin"), os.path.join(output_dir, "training_args.bin"))
         message = (f"Training in progress, step {self.state.global_step}" if self.args.save_strategy ==
                    SaveStrategy.STEPS else f"Training in progress, epoch {int(self.state.epoch or 0)}")
         api = _hf_api()
         jobs = [api.upload_folder(repo_id=self.hub_model_id, folder_path=output_dir, commit_message=message,
                                   token=self.args.hub_token, run_as_future=True, revision=self.args.hub_revision,
-                                  ignore_patterns=["_*", f"{PREFIX_CHECKPOINT_DIR}-*"])]
+                                  ignore_patterns=_IGNORE)]
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
             in_repo = "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else folder.name
             jobs.append(api.upload_folder(repo_id=self.hub_model_id, folder_path=str(folder), path_in_repo=in_repo,
