@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ class Hub:
         self.tokens: set[str] = set()
         self.unknown: list[str] = []
         self.validated: list[dict[str, Any]] = []
+        self.commit_delay = 0.0  # seconds a commit takes: a push still running when the next save comes
         self.lock = threading.Lock()
 
     def files(self, revision: str = "main") -> dict[str, bytes]:
@@ -88,6 +90,11 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                         return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular",
                                                             "shouldIgnore": False, "oid": None} for f in files]})
                     if action == "commit":
+                        hub.lock.release()  # let other requests in while this commit "takes time"
+                        try:
+                            time.sleep(hub.commit_delay)
+                        finally:
+                            hub.lock.acquire()
                         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
                         header = next(entry["value"] for entry in lines if entry["key"] == "header")
                         files = {e["value"]["path"]: base64.b64decode(e["value"]["content"])
@@ -173,6 +180,31 @@ def test_every_save_pushes_each_checkpoint_in_the_background(tiny: Any, tmp_path
         assert not any(p.startswith("checkpoint-") for p in commit["files"])
     checkpoint = tmp_path / "my-model" / "checkpoint-4" / "model.safetensors"
     assert hub.files()["model.safetensors"] == checkpoint.read_bytes()
+
+
+def test_a_save_during_a_running_push_is_skipped_unless_hub_always_push(tiny: Any, tmp_path: Path, hub: Hub) -> None:
+    hub.commit_delay = 2.0  # the step-2 push is still running when step 4 saves
+    make_trainer(tiny, tmp_path, hub_strategy="every_save").train()
+    assert hub.messages() == ["Training in progress, step 2"]
+    hub.commits.clear()
+    make_trainer(tiny, tmp_path / "again", hub_strategy="every_save", hub_always_push=True).train()
+    assert hub.messages() == ["Training in progress, step 2", "Training in progress, step 4"]
+
+
+def test_non_blocking_push_returns_a_future(tiny: Any, tmp_path: Path, hub: Hub) -> None:
+    trainer = make_trainer(tiny, tmp_path, hub_strategy="end", max_steps=1, eval_strategy="no")
+    trainer.train()
+    future = trainer.push_to_hub(blocking=False)
+    assert future.result(timeout=120).oid == f"{1:040x}" and hub.messages() == ["End of training"]
+
+
+def test_missing_huggingface_hub_is_named_at_construction(tiny: Any, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if not installed
+    with pytest.raises(ImportError, match=r"push_to_hub needs huggingface_hub: pip install huggingface_hub"):
+        make_trainer(tiny, tmp_path)
 
 
 def test_checkpoint_strategy_pushes_last_checkpoint_folder(tiny: Any, tmp_path: Path, hub: Hub) -> None:

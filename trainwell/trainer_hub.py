@@ -38,13 +38,17 @@ _CARD_HPARAMS = (("learning_rate", "learning_rate"), ("train_batch_size", "per_d
                  ("training_steps", "max_steps"))
 
 
-def _hf_api() -> Any:
+def _hub() -> Any:
     try:
-        from huggingface_hub import HfApi
+        import huggingface_hub
     except ImportError as exc:
         raise ImportError("push_to_hub needs huggingface_hub: pip install huggingface_hub") from exc
+    return huggingface_hub
+
+
+def _hf_api() -> Any:
     # HF_ENDPOINT read now, not when huggingface_hub was imported: a server chosen after import is honoured
-    return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
+    return _hub().HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None)
 
 
 class PushInProgress:
@@ -88,7 +92,7 @@ class TrainerHub:
         """Write ``output_dir/README.md``: metadata, the training hyper-parameters and the evaluation results."""
         if not self.is_world_process_zero():
             return
-        from huggingface_hub import ModelCard, ModelCardData
+        ModelCard, ModelCardData = _hub().ModelCard, _hub().ModelCardData
 
         path = os.path.join(self.args.output_dir, "README.md")
         tags = [tags] if isinstance(tags, str) else list(tags or [])
