@@ -362,6 +362,8 @@ class TrainerCheckpointing:
         output_dir = output_dir or self.args.output_dir
         state_dict = self.backend.full_state_dict() if self.backend.caps.sharded_state else None
         if not self.args.should_save:
+            if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
+                self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
             return
         os.makedirs(output_dir, exist_ok=True)
         save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
