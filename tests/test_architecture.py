@@ -22,7 +22,7 @@ LAYERS: dict[str, int] = {
     # callbacks and execution backends (never the loops or the trainer)
     "callbacks": 2, "integrations": 2, "backends": 2, "seq2seq_args": 2,
     "loops": 3, "accelerator": 3,
-    "trainer_checkpoints": 4, "trainer_compat": 4, "trainer": 4, "hpsearch": 4,
+    "trainer_checkpoints": 4, "trainer_compat": 4, "trainer_hub": 4, "trainer": 4, "hpsearch": 4,
     "seq2seq": 5, "zero": 5, "recipes": 5, "tf": 5,
     "cli": 6, "__main__": 6, "__init__": 6, "commands": 6,
 }

@@ -389,11 +389,10 @@ def test_tf32_without_cuda_is_skipped_with_a_warning(tmp_path):
     make(tmp_path, tf32=False)  # no warning when tf32 is turned off
 
 
-def test_push_to_hub_is_not_supported(tmp_path):
-    with pytest.raises(NotImplementedError, match="push_to_hub is not supported by trainwell; save locally"):
-        make(tmp_path, push_to_hub=True)
-    with pytest.raises(NotImplementedError, match="push_to_hub is not supported"):
-        make(tmp_path).set_push_to_hub("me/model")
+def test_push_to_hub_fields_are_accepted(tmp_path):
+    args = make(tmp_path, push_to_hub=True, hub_strategy="checkpoint")  # pushing itself: tests/test_push_to_hub.py
+    assert args.push_to_hub is True and args.hub_strategy == "checkpoint"
+    assert make(tmp_path).set_push_to_hub("me/model").hub_model_id == "me/model"
 
 
 # ------------------------------------------------------------------ report_to

@@ -323,16 +323,16 @@ class TrainingArguments:
     dataloader_persistent_workers: bool = _f(False, "Keep data loader workers alive between epochs.")
     skip_memory_metrics: bool = _f(True, "Skip the memory profiler metrics.")
     use_legacy_prediction_loop: bool = _f(False, "Use the legacy prediction loop.")
-    push_to_hub: bool = _f(False, "Not supported by trainwell.")
+    push_to_hub: bool = _f(False, "Push the model to the Hugging Face Hub (see hub_strategy).")
     resume_from_checkpoint: str | None = _f(None, "Checkpoint folder to resume from (read by scripts); "
                                                    "'auto': the newest checkpoint if any, else start fresh.")
-    hub_model_id: str | None = _f(None, "Hub repository name (accepted, unused).")
-    hub_strategy: HubStrategy | str = _f("every_save", "Hub push strategy (accepted, unused).",
+    hub_model_id: str | None = _f(None, "Hub repository to push to (default: the name of output_dir).")
+    hub_strategy: HubStrategy | str = _f("every_save", "What to push and when: end, every_save, checkpoint, all_checkpoints.",
                                          choices=[m.value for m in HubStrategy])
-    hub_token: str | None = _f(None, "Hub token (accepted, unused; masked in logs).")
-    hub_private_repo: bool | None = _f(None, "Hub private repository (accepted, unused).")
-    hub_always_push: bool = _f(False, "Hub always push (accepted, unused).")
-    hub_revision: str | None = _f(None, "Hub revision (accepted, unused).")
+    hub_token: str | None = _f(None, "Hub token (masked in logs).")
+    hub_private_repo: bool | None = _f(None, "Create the hub repository private.")
+    hub_always_push: bool = _f(False, "Push at every save even when the previous push has not finished.")
+    hub_revision: str | None = _f(None, "Hub branch (revision) to push to.")
     gradient_checkpointing: bool = _f(False, "Trade compute for memory with gradient checkpointing.")
     gradient_checkpointing_kwargs: dict | str | None = _f(None, "Arguments of gradient_checkpointing_enable.")
     include_inputs_for_metrics: bool = _f(False, "Deprecated: use include_for_metrics=['inputs'].")
@@ -383,9 +383,6 @@ class TrainingArguments:
         self._check_deepspeed()
         self.report_to = _normalise_report_to(self.report_to)
         self._resolve_misc()
-        if self.push_to_hub:
-            raise NotImplementedError("push_to_hub is not supported by trainwell; save locally with "
-                                      "trainer.save_model() and upload the folder yourself (push_to_hub=False).")
 
     def _apply_deprecations(self) -> None:
         for old, (new, unset) in _RENAMED.items():
@@ -916,10 +913,15 @@ class TrainingArguments:
         self.log_on_each_node = on_each_node
         return self
 
-    def set_push_to_hub(self, model_id: str, *args: Any, **kwargs: Any) -> TrainingArguments:
-        """Not supported: trainwell never uploads."""
-        raise NotImplementedError("push_to_hub is not supported by trainwell; save locally with "
-                                  "trainer.save_model() and upload the folder yourself.")
+    def set_push_to_hub(self, model_id: str, strategy: str | HubStrategy = "every_save", token: str | None = None,
+                        private_repo: bool | None = None, always_push: bool = False,
+                        revision: str | None = None) -> TrainingArguments:
+        """Enable pushing to the hub repository ``model_id``; returns self."""
+        self.push_to_hub, self.hub_model_id = True, model_id
+        self.hub_strategy = _to_enum(HubStrategy, strategy, "hub_strategy")
+        self.hub_token, self.hub_private_repo = token, private_repo
+        self.hub_always_push, self.hub_revision = always_push, revision
+        return self
 
     def set_optimizer(self, name: str | OptimizerNames = "adamw_torch", learning_rate: float = 5e-5,
                       weight_decay: float = 0, beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,

@@ -18,11 +18,6 @@ USER_SCRIPT_FIELDS: dict[str, str] = {
 
 # Only meaningful to a feature that trainwell refuses with an error, so they configure nothing.
 INERT_FIELDS: dict[str, str] = {
-    "hub_strategy": "push_to_hub=True is refused (no Hugging Face Hub access)",
-    "hub_token": "push_to_hub=True is refused (no Hugging Face Hub access)",
-    "hub_private_repo": "push_to_hub=True is refused (no Hugging Face Hub access)",
-    "hub_always_push": "push_to_hub=True is refused (no Hugging Face Hub access)",
-    "hub_revision": "push_to_hub=True is refused (no Hugging Face Hub access)",
     "ray_scope": "hyperparameter_search(backend='ray') is refused (optuna is the supported backend)",
 }
 

@@ -24,6 +24,7 @@ from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, T
 from .callbacks.integrations import get_reporting_integration_callbacks
 from .trainer_checkpoints import TrainerCheckpointing
 from .trainer_compat import TrainerCompat
+from .trainer_hub import TrainerHub
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from .data.length_check import LengthCheckedIterable
@@ -92,7 +93,7 @@ def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dat
     check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
 
 
-class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
+class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
@@ -181,6 +182,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         self._flops_owner: nn.Module | None = None
         self._model_flops: Callable[[Any], int] | None = None
         self._init_checkpointing()
+        self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
+        if args.push_to_hub:
+            self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
 
@@ -672,6 +676,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         self._memory_tracker.stop_and_update_metrics(metrics, stage="train")
         self.log(metrics)
         self._rotate_checkpoints_at_end()
+        self._finish_current_push()
         self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
         return TrainOutput(self.state.global_step, train_loss, metrics)
 
@@ -753,11 +758,6 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat):
         return run_hyperparameter_search(self, hp_space=hp_space, compute_objective=compute_objective,
                                          n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
                                          **kwargs)
-
-    def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
-        """Not supported: trainwell saves locally only."""
-        raise NotImplementedError("push_to_hub is not supported by trainwell; use save_model(dir) and upload the "
-                                  "folder with huggingface_hub yourself")
 
     def _resume(self, folder: Path) -> DataPosition:
         """Restore everything saved in ``folder``; returns where the data stream stood."""

@@ -270,6 +270,7 @@ class TrainerCheckpointing:
         # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
         folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss), engine_save=self.backend.save)
         self._last_checkpoint = folder
+        self._push_from_checkpoint(folder)
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
         return folder
 
@@ -342,6 +343,8 @@ class TrainerCheckpointing:
         output_dir = output_dir or self.args.output_dir
         state_dict = self.backend.full_state_dict() if self.backend.caps.sharded_state else None
         if not self.args.should_save:
+            if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
+                self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
             return
         os.makedirs(output_dir, exist_ok=True)
         save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
@@ -349,6 +352,8 @@ class TrainerCheckpointing:
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        if self.args.push_to_hub and not _internal_call:
+            self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 
 
 def _is_exportable(callback: Any) -> bool:

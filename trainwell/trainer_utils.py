@@ -50,7 +50,7 @@ EvaluationStrategy = IntervalStrategy  # deprecated upstream alias
 
 
 class HubStrategy(ExplicitEnum):
-    """What to push to the hub (accepted for compatibility; pushing is not implemented)."""
+    """What to push to the hub and when (see :mod:`trainwell.trainer_hub`)."""
 
     END = "end"
     EVERY_SAVE = "every_save"

@@ -84,3 +84,8 @@ def test_an_unreachable_tpu_is_a_clear_error(tmp_path):
     args = TFTrainingArguments(output_dir=str(tmp_path), tpu_name="no-such-tpu", tpu_zone="nowhere1-a")
     with pytest.raises(RuntimeError, match="Couldn't connect to TPU 'no-such-tpu'.*leave tpu_name unset"):
         args.strategy
+
+
+def test_push_to_hub_is_refused_by_the_tf_trainer(tmp_path):
+    with pytest.raises(NotImplementedError, match="push_to_hub is not supported by TFTrainer"):
+        TFTrainingArguments(output_dir=str(tmp_path), push_to_hub=True)

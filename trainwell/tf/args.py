@@ -53,6 +53,12 @@ class TFTrainingArguments(TrainingArguments):
         if not self.poly_power > 0:
             raise ValueError(f"poly_power must be > 0 (got {self.poly_power}); 1.0 is a linear decay.")
 
+    def _resolve_misc(self) -> None:
+        super()._resolve_misc()
+        if self.push_to_hub:  # pushing lives in the torch Trainer (trainwell.trainer_hub)
+            raise NotImplementedError("push_to_hub is not supported by TFTrainer; save with trainer.save_model() "
+                                      "and upload the folder with huggingface_hub (push_to_hub=False).")
+
     def _check_precision(self) -> None:
         # The device is TensorFlow's, known only when the strategy is set up (see _setup_strategy).
         if self.fp16 and self.bf16:
