@@ -86,7 +86,10 @@ def bare_save(path: Path, model: nn.Module, optimizer, scheduler, fsync: bool) -
 
 def bare_load(path: Path, model: nn.Module, optimizer, scheduler) -> None:
     """``torch.load`` (safe mode) and apply every state dict."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    from trainwell.checkpoint.rng import _numpy_safe_globals
+
+    with torch.serialization.safe_globals(_numpy_safe_globals()):  # the numpy RNG state, as upstream allows it
+        state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
