@@ -211,3 +211,34 @@ def test_host_copier_keeps_shared_storage_reuses_buffers_and_copies_the_values()
     second = copier.copy(state)
     assert second["w"].untyped_storage().data_ptr() == pointer  # the same host buffer, reused
     assert second["w"][0, 0].item() == 1.0
+
+
+REFUSED = textwrap.dedent('''
+    import sys
+    sys.path.insert(0, sys.argv[2])
+    from deepspeed_job import make_trainer, zero
+    try:
+        make_trainer(sys.argv[1], zero(2), async_save=True, save_strategy="steps", save_steps=1)
+    except ValueError as err:
+        print("REFUSED", err)
+''')
+
+
+def test_async_save_is_refused_with_an_engine_that_writes_its_own_files(tmp_path):
+    script = tmp_path / "refused.py"
+    script.write_text(REFUSED)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port()), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(REPO / "tests" / "distributed")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "REFUSED async_save=True needs a single process with a plain model" in proc.stdout
+    assert "DeepSpeedBackend" in proc.stdout and "set async_save=False" in proc.stdout
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

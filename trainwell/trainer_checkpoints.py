@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .backends.single import SingleDeviceBackend
 from .checkpoint.async_save import AsyncSaver
 from .checkpoint.layout import TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints
 from .checkpoint.lock import OutputDirLock, OutputDirLockedError
@@ -52,11 +53,11 @@ class TrainerCheckpointing:
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
         self._async_saver: AsyncSaver | None = None
         if getattr(args, "async_save", False):
-            if args.world_size > 1 or self.backend.caps.sharded_state:
+            if args.world_size > 1 or type(self.backend) is not SingleDeviceBackend:
                 raise ValueError(
                     f"async_save=True needs a single process with a plain model (here world_size={args.world_size}, "
                     f"backend {type(self.backend).__name__}): the background commit would run collectives next to "
-                    "training's; set async_save=False")
+                    "training's, and engines (DeepSpeed, FSDP) write their own files; set async_save=False")
             self._async_saver = AsyncSaver()
 
     def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
