@@ -14,8 +14,8 @@ write leaves the previous checkpoint as the newest valid one.
 - A failure of the background write is kept and raised in the training thread by :meth:`AsyncSaver.raise_if_failed`
   (the trainer calls it after every optimizer step) or by the next :meth:`save` / :meth:`wait`.
 
-Single process only: the commit's collectives would otherwise run on the saver thread next to the training
-stream's (the trainer refuses ``async_save`` with several processes).
+Single process, plain model only: the commit's collectives would otherwise run on the saver thread next to the
+training stream's, and engines (DeepSpeed, FSDP) write their own files; the trainer refuses ``async_save`` there.
 """
 
 from __future__ import annotations
