@@ -12,6 +12,11 @@ The cost of the checksums is measured in the same run: the save with checksums (
 and with the hash replaced by a no-op; the load with verification (every file's size and checksum, plus the pickle
 allow-list scan) and without (``load(verify=False)``).
 
+Blocking time (how long training stops for a save), same run: trainwell's synchronous save, trainwell's
+``async_save`` (the copy to host memory; the first save allocates the reused host buffers, later ones reuse them)
+and the upstream ``transformers.Trainer._save_checkpoint`` of the same model, optimizer and scheduler (upstream
+writes without fsync). ``--no-upstream`` skips the upstream part.
+
 Usage::
 
     python bench/checkpoint.py                  # ~100M parameters (0.4 GB of weights, 1.2 GB with AdamW)
@@ -81,7 +86,10 @@ def bare_save(path: Path, model: nn.Module, optimizer, scheduler, fsync: bool) -
 
 def bare_load(path: Path, model: nn.Module, optimizer, scheduler) -> None:
     """``torch.load`` (safe mode) and apply every state dict."""
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    from trainwell.checkpoint.rng import _numpy_safe_globals
+
+    with torch.serialization.safe_globals(_numpy_safe_globals()):  # the numpy RNG state, as upstream allows it
+        state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -111,11 +119,42 @@ def save_without_checksums(manager: CheckpointManager, contents: CheckpointConte
         digest.new_hasher, layout.hash_file = original, original_hash
 
 
+def async_blocking(manager: CheckpointManager, contents: CheckpointContents, repeats: int) -> dict[str, float]:
+    """Blocking time of ``AsyncSaver.save`` (first save, then the median of ``repeats`` with reused buffers) and
+    the time until the background commit is done."""
+    from trainwell.checkpoint.async_save import AsyncSaver
+
+    saver, folder = AsyncSaver(), manager.checkpoint_dir(1)
+    blocking, total = [], []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        saver.save(manager, 1, contents)
+        blocking.append(time.perf_counter() - start)
+        saver.wait()
+        total.append(time.perf_counter() - start)
+        shutil.rmtree(folder)
+    return {"async_first_blocking": blocking[0], "async_blocking": statistics.median(blocking[1:]),
+            "async_total": statistics.median(total[1:]), "async_host_bytes": saver.copier.nbytes}
+
+
+def upstream_save(model: nn.Module, optimizer, scheduler, workdir: Path, repeats: int) -> float:
+    """Median time of the upstream ``Trainer._save_checkpoint`` of the same state (step 1)."""
+    import transformers
+
+    args = transformers.TrainingArguments(output_dir=str(workdir / "upstream"), report_to="none", use_cpu=True)
+    trainer = transformers.Trainer(model=model, args=args)
+    trainer.optimizer, trainer.lr_scheduler = optimizer, scheduler
+    trainer.state.global_step = 1
+    folder = workdir / "upstream" / "checkpoint-1"
+    return timed(lambda: trainer._save_checkpoint(trainer.model, trial=None), repeats,
+                 cleanup=lambda: shutil.rmtree(folder))
+
+
 def folder_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def run(params: int, hidden: int, repeats: int, workdir: Path) -> dict[str, float]:
+def run(params: int, hidden: int, repeats: int, workdir: Path, upstream: bool = True) -> dict[str, float]:
     """Measure everything; returns the timings (seconds) and sizes (bytes)."""
     model, optimizer, scheduler = build_state(params, hidden)
     count = sum(p.numel() for p in model.parameters())
@@ -141,6 +180,10 @@ def run(params: int, hidden: int, repeats: int, workdir: Path) -> dict[str, floa
     results["bare_save_fsync"] = timed(lambda: bare_save(bare, model, optimizer, scheduler, fsync=True), repeats)
     results["bare_size"] = bare.stat().st_size
     results["bare_load"] = timed(lambda: bare_load(bare, model, optimizer, scheduler), repeats)
+    bare.unlink()
+    results.update(async_blocking(manager, contents, repeats))
+    if upstream:
+        results["upstream_save"] = upstream_save(model, optimizer, scheduler, workdir, repeats)
     return results
 
 
@@ -157,6 +200,16 @@ def report(r: dict[str, float]) -> None:
     for name, ours, theirs in [("save (hash while writing)", r["trainwell_save"], r["trainwell_save_no_checksums"]),
                                ("load (verify every file)", r["trainwell_load"], r["trainwell_load_unverified"])]:
         print(f"{name:26s}{ours:11.3f}s{theirs:11.3f}s{ours / theirs:8.2f}")
+    print(f"\n{'training blocked by a save':34s}{'seconds':>10s}")
+    rows = [("trainwell, synchronous", r["trainwell_save"]),
+            ("trainwell async_save, first save", r["async_first_blocking"]),
+            ("trainwell async_save", r["async_blocking"]),
+            ("  (background commit done after)", r["async_total"])]
+    if "upstream_save" in r:
+        rows.append(("upstream Trainer (no fsync)", r["upstream_save"]))
+    for name, seconds in rows:
+        print(f"{name:34s}{seconds:9.3f}s")
+    print(f"{'async_save host buffers':34s}{r['async_host_bytes'] / 1e9:9.2f}GB")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,13 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", type=float, default=100e6, help="number of parameters (default 1e8)")
     parser.add_argument("--hidden", type=int, default=4096, help="width of each Linear layer")
     parser.add_argument("--repeats", type=int, default=3, help="timed repetitions (the median is reported)")
+    parser.add_argument("--no-upstream", action="store_true", help="skip the upstream Trainer's save")
     parser.add_argument("--dir", default=None, help="where to write (default: a temporary folder, deleted after)")
     options = parser.parse_args(argv)
     if options.params < 1 or options.repeats < 1:
         parser.error("--params and --repeats must be positive")
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     with tempfile.TemporaryDirectory(dir=options.dir, prefix="bench-checkpoint-") as tmp:
-        report(run(int(options.params), options.hidden, options.repeats, Path(tmp)))
+        report(run(int(options.params), options.hidden, options.repeats, Path(tmp), not options.no_upstream))
     return 0
 
 

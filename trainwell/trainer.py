@@ -656,6 +656,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
+        self._wait_for_checkpoint()  # async_save: the last (or preemption) save is committed before train() returns
         steps = max(self.state.global_step, 1)
         train_loss = self._loop.final_total() / steps
         if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .backends.single import SingleDeviceBackend
+from .checkpoint.async_save import AsyncSaver
 from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints,
                                 list_resumable_checkpoints)
 from .checkpoint.lock import OutputDirLock, OutputDirLockedError
@@ -51,6 +53,14 @@ class TrainerCheckpointing:
         self._preemption: PreemptionGuard | None = None
         self._preemption_collective = False
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
+        self._async_saver: AsyncSaver | None = None
+        if getattr(args, "async_save", False):
+            if args.world_size > 1 or type(self.backend) is not SingleDeviceBackend:
+                raise ValueError(
+                    f"async_save=True needs a single process with a plain model (here world_size={args.world_size}, "
+                    f"backend {type(self.backend).__name__}): the background commit would run collectives next to "
+                    "training's, and engines (DeepSpeed, FSDP) write their own files; set async_save=False")
+            self._async_saver = AsyncSaver()
 
     def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it."""
@@ -140,7 +150,12 @@ class TrainerCheckpointing:
                            "move them elsewhere if this run may reach those steps.", [p.name for p in newer])
 
     def _release_output_dir(self) -> None:
-        """Release the ``output_dir`` lock taken by :meth:`_resolve_resume` (a no-op when not held)."""
+        """Release the ``output_dir`` lock taken by :meth:`_resolve_resume` (a no-op when not held).
+
+        A background save still in flight (``train()`` raised) is waited for first: it writes into ``output_dir``.
+        """
+        if self._async_saver is not None:
+            self._async_saver.join()
         lock, self._output_dir_lock = self._output_dir_lock, None
         if lock is not None:
             lock.release()
@@ -267,12 +282,26 @@ class TrainerCheckpointing:
             self.state.best_model_checkpoint = str(folder)
         self.store_flos()
         self.state.stateful_callbacks = self._export_callback_states()
+        if self._async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
+            best = self.state.best_model_checkpoint
+            folder = self._async_saver.save(self._checkpoints, step, self._contents(tr_loss=tr_loss),
+                                            after=lambda _: self._checkpoints.rotate(best_model_checkpoint=best))
+            self._last_checkpoint = folder
+            if self.args.push_to_hub:  # the push reads the checkpoint: wait until it is committed
+                self._async_saver.wait()
+                self._push_from_checkpoint(folder)
+            return folder
         # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
         folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss), engine_save=self.backend.save)
         self._last_checkpoint = folder
         self._push_from_checkpoint(folder)
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
         return folder
+
+    def _wait_for_checkpoint(self) -> None:
+        """Wait for an asynchronous save in flight; raise its failure (a no-op without ``async_save``)."""
+        if self._async_saver is not None:
+            self._async_saver.wait()
 
     @contextmanager
     def _preemption_scope(self) -> Iterator[PreemptionGuard]:
@@ -305,6 +334,8 @@ class TrainerCheckpointing:
         ``enable_jit_checkpoint``, upstream's preemption switch, asks for it). Sets
         ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
         """
+        if self._async_saver is not None:  # a failed background save surfaces at the next step
+            self._async_saver.raise_if_failed()
         if self.control.should_training_stop or not self._preemption_requested():
             return False
         step = self.state.global_step

@@ -1,0 +1,212 @@
+"""Asynchronous checkpoint saving (``TrainingArguments.async_save``): training blocks only for a copy to host memory.
+
+:meth:`AsyncSaver.save` copies every state dict of a :class:`~trainwell.checkpoint.manager.CheckpointContents`
+(model weights, optimizer, scheduler, extras) into host buffers, captures the RNG states and deep-copies the small
+parts (trainer state, data position), then hands the copy to one background thread, which runs the ordinary
+commit protocol (:mod:`trainwell.checkpoint.commit`: temporary folder, files hashed and fsynced as written, marker,
+rename) and the rotation. So the crash guarantees are those of a synchronous save: a kill during the background
+write leaves the previous checkpoint as the newest valid one.
+
+- The host buffers are reused from one save to the next (no page faults after the first save; pinned memory for
+  CUDA tensors, copied with ``non_blocking`` and one synchronisation), and tensors sharing storage keep sharing it
+  (tied weights are written once, as in a synchronous save). They cost host memory equal to the saved state.
+- At most one save is in flight: the next save, and :meth:`AsyncSaver.wait`, wait for the previous one.
+- A failure of the background write is kept and raised in the training thread by :meth:`AsyncSaver.raise_if_failed`
+  (the trainer calls it after every optimizer step) or by the next :meth:`save` / :meth:`wait`.
+
+Single process, plain model only: the commit's collectives would otherwise run on the saver thread next to the
+training stream's, and engines (DeepSpeed, FSDP) write their own files; the trainer refuses ``async_save`` there.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .layout import CheckpointError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .manager import CheckpointContents, CheckpointManager
+
+logger = logging.getLogger(__name__)
+
+
+class HostCopier:
+    """Copies nested state (tensors inside dicts, lists, tuples) to host memory into buffers reused across calls.
+
+    Each distinct tensor storage is copied once into a byte buffer and every tensor viewing it is rebuilt as the
+    same view of the copy (offset, shape, strides), so shared and tied tensors stay shared. The buffers are matched
+    to storages by their order of appearance and byte size: the same state copies into the same buffers each time.
+    The results of one :meth:`copy` stay valid until the next call.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: list["torch.Tensor"] = []
+        self.nbytes = 0
+
+    def copy(self, obj: Any) -> Any:
+        """A copy of ``obj`` whose tensors live in this copier's host buffers (other leaves deep-copied).
+
+        Objects shared inside ``obj`` stay shared in the copy (as ``copy.deepcopy`` does), so it pickles alike.
+        """
+        import torch
+
+        memo: dict[Any, "torch.Tensor"] = {}
+        seen: dict[int, Any] = {}
+        cuda_used = [False]
+        result = self._copy(obj, memo, seen, cuda_used)
+        if cuda_used[0]:
+            torch.cuda.synchronize()  # the non_blocking copies into pinned memory are done
+        self.nbytes = sum(buf.numel() for buf in self._buffers)
+        return result
+
+    def _copy(self, obj: Any, memo: dict, seen: dict[int, Any], cuda_used: list[bool]) -> Any:
+        import torch
+
+        if id(obj) in seen:
+            return seen[id(obj)]
+        if isinstance(obj, torch.Tensor):
+            new: Any = self._tensor(obj, memo, cuda_used)
+        elif isinstance(obj, dict):
+            new = copy.copy(obj)  # keeps the type (OrderedDict, defaultdict's factory)
+            for key, value in obj.items():
+                new[key] = self._copy(value, memo, seen, cuda_used)
+        elif isinstance(obj, list):
+            new = [self._copy(value, memo, seen, cuda_used) for value in obj]
+        elif isinstance(obj, tuple):
+            items = [self._copy(value, memo, seen, cuda_used) for value in obj]
+            new = type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+        else:
+            new = copy.deepcopy(obj, seen)
+        seen[id(obj)] = new
+        return new
+
+    def _tensor(self, tensor: "torch.Tensor", memo: dict, cuda_used: list[bool]) -> "torch.Tensor":
+        import torch
+
+        tensor = tensor.detach()
+        if tensor.layout != torch.strided or tensor.is_quantized or type(tensor) is not torch.Tensor \
+                or tensor.device.type not in ("cpu", "cuda"):
+            return tensor.to("cpu", copy=True)  # exotic tensors: a plain copy, no reuse
+        storage = tensor.untyped_storage()
+        size = storage.nbytes()
+        if size == 0:
+            return tensor.to("cpu", copy=True)
+        key = (storage.data_ptr(), str(tensor.device))
+        buffer = memo.get(key)
+        if buffer is None:
+            index = len(memo)
+            if index < len(self._buffers) and self._buffers[index].numel() == size:
+                buffer = self._buffers[index]
+            else:
+                pin = tensor.is_cuda and torch.cuda.is_available()
+                buffer = torch.empty(size, dtype=torch.uint8, pin_memory=pin)
+                if index < len(self._buffers):
+                    self._buffers[index] = buffer
+                else:
+                    self._buffers.append(buffer)
+            source = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage, 0, (size,), (1,))
+            buffer.copy_(source, non_blocking=tensor.is_cuda)
+            cuda_used[0] = cuda_used[0] or tensor.is_cuda
+            memo[key] = buffer
+        view = torch.empty(0, dtype=tensor.dtype)
+        return view.set_(buffer.untyped_storage(), tensor.storage_offset(), tensor.size(), tensor.stride())
+
+
+class _Frozen:
+    """A state dict taken at save time, standing in for its live object in the background write."""
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    def state_dict(self) -> Any:
+        return self._state
+
+
+def freeze_contents(contents: "CheckpointContents", copier: HostCopier) -> "CheckpointContents":
+    """``contents`` with every mutable part copied (tensors into ``copier``'s buffers): safe to write later."""
+    model_state = contents.model_state_dict if contents.model_state_dict is not None else contents.model.state_dict()
+    states = {"model": model_state}
+    if not contents.save_only_model:
+        if contents.optimizer is not None:
+            states["optimizer"] = contents.optimizer.state_dict()
+        if contents.scheduler is not None:
+            states["scheduler"] = contents.scheduler.state_dict()
+        for name, obj in contents.extra.items():
+            states[f"extra:{name}"] = obj.state_dict()
+    copied = copier.copy(states)
+    return replace(
+        contents, model_state_dict=copied["model"],
+        optimizer=_Frozen(copied["optimizer"]) if "optimizer" in copied else None,
+        scheduler=_Frozen(copied["scheduler"]) if "scheduler" in copied else None,
+        extra={name: _Frozen(copied[f"extra:{name}"]) for name in contents.extra if f"extra:{name}" in copied},
+        trainer_state=copy.deepcopy(contents.trainer_state), data_state=copy.deepcopy(contents.data_state))
+
+
+class AsyncSaver:
+    """Runs one checkpoint save at a time on a background thread (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.copier = HostCopier()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._failed_step: int | None = None
+        self.failed = False  # read after every optimizer step: a plain attribute
+
+    @property
+    def busy(self) -> bool:
+        """True while a background save is running."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def save(self, manager: "CheckpointManager", step: int, contents: "CheckpointContents", *,
+             after: Callable[[Path], None] | None = None) -> Path:
+        """Copy ``contents`` to host memory, start writing checkpoint ``step`` in the background; return its folder.
+
+        Waits for the previous save first (raising its failure). ``after(folder)`` runs on the saver thread once
+        the checkpoint is committed (the rotation).
+        """
+        from .rng import capture_rng_state
+
+        self.wait()
+        frozen = freeze_contents(contents, self.copier)
+        rng_state = None if contents.save_only_model else capture_rng_state()
+
+        def work() -> None:
+            try:
+                folder = manager.save(step, frozen, rng_state=rng_state)
+                if after is not None:
+                    after(folder)
+            except BaseException as err:  # noqa: B036 - kept and raised in the training thread
+                self._error, self._failed_step = err, step
+                self.failed = True
+
+        self._thread = threading.Thread(target=work, name=f"trainwell-save-{step}", daemon=False)
+        self._thread.start()
+        return manager.checkpoint_dir(step)
+
+    def join(self) -> None:
+        """Wait for the save in flight (if any) without raising its failure."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def wait(self) -> None:
+        """Wait for the save in flight and raise CheckpointError if it (or an earlier one) failed."""
+        self.join()
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
+        """Raise CheckpointError when a background save has failed (then forget the failure)."""
+        if not self.failed:
+            return
+        error, step = self._error, self._failed_step
+        self._error, self._failed_step, self.failed = None, None, False
+        raise CheckpointError(f"the background save of checkpoint-{step} failed ({type(error).__name__}: {error}); "
+                              "the previous checkpoints are intact (async_save=True)") from error
