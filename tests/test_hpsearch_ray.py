@@ -1,0 +1,97 @@
+"""Trainer.hyperparameter_search(backend="ray") on a real local Ray Tune (CPU), and the refused backends."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from trainwell import Trainer, TrainingArguments
+from trainwell.hpsearch import resolve_backend
+
+
+class Line(nn.Module):
+    """y = w x + b; returns (loss, prediction)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(1, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> Any:
+        out = self.linear(x).squeeze(-1)
+        return (out,) if labels is None else (nn.functional.mse_loss(out, labels), out)
+
+
+class Points(torch.utils.data.Dataset):
+    """y = 3x - 1 on fixed points."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.x = torch.rand(n, 1, generator=gen) * 2 - 1
+        self.y = 3 * self.x.squeeze(-1) - 1
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "labels": self.y[i]}
+
+
+def make_trainer(tmp_path: Path, **overrides: Any) -> Trainer:
+    options = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8, per_device_eval_batch_size=16,
+                   num_train_epochs=4, eval_strategy="steps", eval_steps=4, save_steps=4, logging_steps=4,
+                   report_to="none", use_cpu=True, seed=0, disable_tqdm=True)
+    options.update(overrides)
+    return Trainer(model_init=lambda: Line(), args=TrainingArguments(**options),
+                   train_dataset=Points(32, 0), eval_dataset=Points(16, 1))
+
+
+def test_sigopt_and_wandb_backends_are_refused_by_name() -> None:
+    for name in ("sigopt", "wandb"):
+        with pytest.raises(NotImplementedError, match=f"backend='{name}'.*backend='ray'"):
+            resolve_backend(name)
+    with pytest.raises(ValueError, match="'optuna' or 'ray'"):
+        resolve_backend("hyperopt")
+
+
+def test_default_hp_space_ray_is_upstreams() -> None:
+    tune = pytest.importorskip("ray.tune")
+    from trainwell.trainer_utils import default_hp_space_ray
+
+    space = default_hp_space_ray(None)
+    assert sorted(space) == ["learning_rate", "num_train_epochs", "per_device_train_batch_size", "seed"]
+    assert isinstance(space["learning_rate"], tune.search.sample.Float)
+    assert space["num_train_epochs"].categories == [1, 2, 3, 4, 5]
+    assert space["per_device_train_batch_size"].categories == [4, 8, 16, 32, 64]
+
+
+@pytest.mark.timeout(300)
+def test_ray_search_of_four_trials_finds_the_better_learning_rate(tmp_path: Path) -> None:
+    ray = pytest.importorskip("ray")
+    tune = pytest.importorskip("ray.tune")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        trainer = make_trainer(tmp_path)
+        best = trainer.hyperparameter_search(
+            hp_space=lambda _: {"learning_rate": tune.grid_search([1e-4, 0.2])}, n_trials=2, backend="ray",
+            direction="minimize", storage_path=str(tmp_path / "ray"), name="toy")
+    finally:
+        ray.shutdown()
+    assert best.hyperparameters == {"learning_rate": 0.2}
+    analysis = best.run_summary
+    assert len(analysis.trials) == 4 and all(t.status == "TERMINATED" for t in analysis.trials)
+    objectives = sorted(t.last_result["objective"] for t in analysis.trials)
+    assert best.objective == pytest.approx(objectives[0]) and objectives[0] < 0.1 * objectives[-1]
+    # each trial trained under output_dir/run-<trial id> and reported its checkpoints to Ray
+    for trial in analysis.trials:
+        run = tmp_path / "out" / f"run-{trial.trial_id}"
+        assert (run / "checkpoint-16").is_dir()
+        assert trial.checkpoint is not None
+        with trial.checkpoint.as_directory() as folder:
+            assert (Path(folder) / "checkpoint-16" / "trainer_state.json").is_file()
+    assert trainer.model is None or isinstance(trainer.model, Line)  # the driver's Trainer is left usable
