@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainwell import Trainer, TrainingArguments
+from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.hpsearch import resolve_backend
 
 
@@ -110,3 +110,48 @@ def _check_search(best: Any, tmp_path: Path) -> None:
         assert trial.checkpoint is not None
         with trial.checkpoint.as_directory() as folder:
             assert (Path(folder) / "checkpoint-16" / "trainer_state.json").is_file()
+
+
+class FailOnce(TrainerCallback):
+    """Records the step each training run starts at; raises once at step 10 (after the checkpoint of step 8)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.started = False
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started = False
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not self.started:
+            self.started = True
+            with open(os.path.join(self.folder, "starts"), "a") as f:
+                f.write(f"{state.global_step}\n")
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        flag = os.path.join(self.folder, "failed")
+        if state.global_step == 10 and not os.path.exists(flag):
+            open(flag, "w").close()
+            raise RuntimeError("injected failure at step 10")
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_ray_trial_resumes_from_its_last_reported_checkpoint() -> None:
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.tune")
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    tmp_path = Path(tempfile.mkdtemp(prefix="tw-ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path / "r"))
+    try:
+        trainer = make_trainer(tmp_path)
+        trainer.add_callback(FailOnce(str(tmp_path)))
+        best = trainer.hyperparameter_search(hp_space=lambda _: {"learning_rate": 0.2}, n_trials=1, backend="ray",
+                                             storage_path=str(tmp_path / "ray"), name="resume", max_failures=1)
+        starts = (tmp_path / "starts").read_text().split()
+        assert starts == ["0", "8"]  # the restarted trial went on from the checkpoint of step 8
+        trial = best.run_summary.trials[0]
+        assert trial.status == "TERMINATED" and trial.last_result["epoch"] == 4.0
+        assert best.objective < 1.0
+    finally:
+        ray.shutdown()
+        shutil.rmtree(tmp_path, ignore_errors=True)
