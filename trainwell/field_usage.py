@@ -18,7 +18,6 @@ USER_SCRIPT_FIELDS: dict[str, str] = {
 
 # Only meaningful to a feature that trainwell refuses with an error, so they configure nothing.
 INERT_FIELDS: dict[str, str] = {
-    "ray_scope": "hyperparameter_search(backend='ray') is refused (optuna is the supported backend)",
 }
 
 # Refused with an error by TrainingArguments._check_unimplemented when set (or, for some, when their package or

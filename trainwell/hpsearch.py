@@ -78,7 +78,7 @@ def default_compute_objective(metrics: Mapping[str, float]) -> float:
 
 
 def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
-    """The backend to run: optuna (picked when ``backend`` is None); the other upstream engines are not available."""
+    """The backend to run: optuna (picked when ``backend`` is None) or ray; sigopt and wandb are refused."""
     if backend is None:
         if importlib.util.find_spec("optuna") is None:
             raise RuntimeError("hyperparameter_search needs optuna: pip install optuna (or trainwell[optuna])")
@@ -87,10 +87,16 @@ def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
     choices = [member.value for member in HPSearchBackend]
     if name not in choices:
         raise ValueError(f"hyperparameter_search: backend={backend!r} is not known; use backend='optuna' "
-                         "(or leave it None)")
+                         "or 'ray' (or leave it None)")
+    if name == HPSearchBackend.RAY.value:
+        if importlib.util.find_spec("ray") is None:
+            raise ImportError("hyperparameter_search(backend='ray') needs Ray Tune: pip install 'ray[tune]' "
+                              "(or trainwell[ray])")
+        return HPSearchBackend.RAY
     if name != HPSearchBackend.OPTUNA.value:
-        raise NotImplementedError(f"hyperparameter_search: backend={name!r} is not supported by trainwell; only "
-                                  "optuna is (backend='optuna' or None)")
+        raise NotImplementedError(f"hyperparameter_search: backend={name!r} is not supported by trainwell ({name} "
+                                  "runs its trials through its hosted service, which trainwell does not reach); "
+                                  "use backend='optuna' or backend='ray'")
     if importlib.util.find_spec("optuna") is None:
         raise ImportError("hyperparameter_search(backend='optuna') needs optuna: pip install optuna "
                           "(or trainwell[optuna])")
@@ -295,10 +301,16 @@ def run_hyperparameter_search(
     if trainer.model_init is None:
         raise RuntimeError("hyperparameter_search needs a `model_init` function (each trial trains a new model): "
                            "pass Trainer(model_init=lambda: MyModel(), ...) instead of model=")
-    resolve_backend(backend)
+    chosen = resolve_backend(backend)
     if trainer.args.world_size > 1:
         raise NotImplementedError("hyperparameter_search runs in a single process in trainwell; launch it without "
                                   "torchrun/accelerate (world_size=1)")
+    if chosen is HPSearchBackend.RAY:
+        from .hpsearch_ray import run_hp_search_ray
+
+        return run_hp_search_ray(trainer, hp_space, compute_objective or default_compute_objective, n_trials,
+                                 _directions(direction)[0] if isinstance(direction, (str, Enum)) else direction,
+                                 hp_name, **kwargs)
     directions = _directions(direction)
     study_kwargs, optimize_kwargs = _split_kwargs(kwargs)
     import optuna

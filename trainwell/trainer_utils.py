@@ -271,6 +271,7 @@ _ELSEWHERE = {
     "HPSearchBackend": "hpsearch",
     "default_compute_objective": "hpsearch",
     "default_hp_space_optuna": "hpsearch",
+    "default_hp_space_ray": "hpsearch_ray",
     "speed_metrics": "reporting",
     "denumpify_detensorize": "loops.eval_loop",
     "has_length": "data.loader",
