@@ -297,6 +297,22 @@ def get_reduce_on_plateau_schedule(optimizer: Optimizer, **kwargs: Any) -> Reduc
     return ReduceLROnPlateau(optimizer, **kwargs)
 
 
+def _resolve_min_lr_rate(optimizer: Optimizer, min_lr: float | None, min_lr_rate: float | None, name: str) -> float:
+    """The floor as a fraction of the initial lr, from exactly one of ``min_lr`` (absolute) / ``min_lr_rate``."""
+    if min_lr is not None and min_lr_rate is not None:
+        raise ValueError(
+            "only one of `min_lr` or `min_lr_rate` should be set in `lr_scheduler_kwargs`; remove the other."
+        )
+    if min_lr is not None:
+        return min_lr / _initial_lr(optimizer)
+    if min_lr_rate is None:
+        raise ValueError(
+            f"{name} needs one of `min_lr` or `min_lr_rate`; set it through `lr_scheduler_kwargs`, "
+            'e.g. {"min_lr": 1e-6}.'
+        )
+    return min_lr_rate
+
+
 def get_cosine_with_min_lr_schedule_with_warmup(
     optimizer: Optimizer,
     num_warmup_steps: int,
@@ -310,17 +326,7 @@ def get_cosine_with_min_lr_schedule_with_warmup(
 
     Exactly one of ``min_lr`` / ``min_lr_rate`` must be given, else ``ValueError``.
     """
-    if min_lr is not None and min_lr_rate is not None:
-        raise ValueError(
-            "only one of `min_lr` or `min_lr_rate` should be set in `lr_scheduler_kwargs`; remove the other."
-        )
-    if min_lr is not None:
-        min_lr_rate = min_lr / _initial_lr(optimizer)
-    elif min_lr_rate is None:
-        raise ValueError(
-            "cosine_with_min_lr needs one of `min_lr` or `min_lr_rate`; set it through `lr_scheduler_kwargs`, "
-            'e.g. {"min_lr": 1e-6}.'
-        )
+    min_lr_rate = _resolve_min_lr_rate(optimizer, min_lr, min_lr_rate, "cosine_with_min_lr")
     lr_lambda = partial(
         _cosine_min_lr_lambda,
         num_warmup_steps=num_warmup_steps,
@@ -357,17 +363,7 @@ def get_cosine_with_min_lr_schedule_with_warmup_lr_rate(
     """``cosine_warmup_with_min_lr``: like ``cosine_with_min_lr``, but the warm-up never starts at 0 (it starts at
     ``warmup_lr_rate * lr``, by default ``lr / num_warmup_steps``) and the cosine is one step ahead, as upstream.
     """
-    if min_lr is not None and min_lr_rate is not None:
-        raise ValueError(
-            "only one of `min_lr` or `min_lr_rate` should be set in `lr_scheduler_kwargs`; remove the other."
-        )
-    if min_lr is not None:
-        min_lr_rate = min_lr / _initial_lr(optimizer)
-    elif min_lr_rate is None:
-        raise ValueError(
-            "cosine_warmup_with_min_lr needs one of `min_lr` or `min_lr_rate`; set it through "
-            '`lr_scheduler_kwargs`, e.g. {"min_lr": 1e-6}.'
-        )
+    min_lr_rate = _resolve_min_lr_rate(optimizer, min_lr, min_lr_rate, "cosine_warmup_with_min_lr")
     lr_lambda = partial(_cosine_warmup_min_lr_lambda, num_warmup_steps=num_warmup_steps,
                         num_training_steps=num_training_steps, num_cycles=num_cycles, min_lr_rate=min_lr_rate,
                         warmup_lr_rate=warmup_lr_rate)
