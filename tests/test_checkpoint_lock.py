@@ -213,6 +213,12 @@ RANKS_SCRIPT = textwrap.dedent('''
         print(f"rank {args.process_index} TRAINED", flush=True)
     except OutputDirLockedError as err:
         print(f"rank {args.process_index} LOCKED {err}", flush=True)
+    # Leave together, with the process group closed: a rank (the TCPStore host) that exits while its gloo threads
+    # still run can abort with "terminate called without an active exception".
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 ''')
 
 
