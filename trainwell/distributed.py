@@ -167,7 +167,51 @@ def init_process_group(env: LaunchEnv, device: "torch.device", *, backend: str |
         torch.cuda.set_device(device)
     dist.init_process_group(backend=backend or default_backend(device), rank=env.rank,
                             world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    close_process_group_at_exit()
     return True
+
+
+_EXIT_BARRIER_TIMEOUT_S = 60.0
+_close_registered = False
+
+
+def close_process_group_at_exit() -> None:
+    """Close the default process group when the interpreter exits; for groups trainwell itself created.
+
+    A process that leaves with its group still open has its communication threads torn down during C++ static
+    destruction, and the rank hosting the rendezvous store can then abort ("terminate called without an active
+    exception", SIGABRT) after a run that succeeded. At exit the ranks first meet on the store (bounded by a
+    timeout, so a peer that died cannot hold the exit up for long), then each closes its group.
+    """
+    global _close_registered
+    if _close_registered:
+        return
+    import atexit
+
+    atexit.register(_close_process_group)
+    _close_registered = True
+
+
+def _close_process_group() -> None:
+    import time
+
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        world = dist.get_world_size()
+        if world > 1:
+            from torch.distributed.distributed_c10d import _get_default_store
+
+            store = _get_default_store()
+            store.add("trainwell_exit", 1)
+            deadline = time.monotonic() + _EXIT_BARRIER_TIMEOUT_S
+            while store.add("trainwell_exit", 0) < world and time.monotonic() < deadline:
+                time.sleep(0.01)
+        dist.destroy_process_group()
+    except Exception:  # a peer already gone: nothing more can be done at exit
+        pass
 
 
 def is_dist() -> bool:

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..deepspeed_config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
+from ..distributed import close_process_group_at_exit
 from .base import Capabilities
 
 logger = logging.getLogger("trainwell.deepspeed")
@@ -57,6 +58,7 @@ def ensure_process_group(device: torch.device, backend: str | None = None) -> No
     deepspeed = import_deepspeed(device)
     deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
                                auto_mpi_discovery=False)
+    close_process_group_at_exit()
 
 
 class _OptimizerView:
