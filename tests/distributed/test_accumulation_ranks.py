@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,10 +22,7 @@ from torch.nn import functional as F
 
 pytestmark = pytest.mark.distributed
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 TIMEOUT_S = 300
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 N = 44  # 5 full windows of 8 examples and a short one of 4
 
 
@@ -98,33 +93,15 @@ def job(out: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the test
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
+    from launch import start, torchrun, wait  # here: the job (this file) runs without tests/ on sys.path
+
     out = tmp_path_factory.mktemp("accumulation_ranks")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    script = str(Path(__file__).resolve())
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-              "--master_addr=127.0.0.1", f"--master_port={_free_port()}", script, str(out / "two")]
-    common = dict(cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    procs = {2: subprocess.Popen(launch, **common), 1: subprocess.Popen([sys.executable, script, str(out / "one")],
-                                                                      **common)}
+    script = Path(__file__).resolve()
+    procs = {2: start(torchrun(script, out / "two")), 1: start([sys.executable, script, out / "one"])}
     for world, proc in procs.items():
-        try:
-            output, _ = proc.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            output, _ = proc.communicate()
-            pytest.fail(f"the {world}-process job did not finish in {TIMEOUT_S}s:\n{output[-4000:]}")
-        if proc.returncode != 0:
-            pytest.fail(f"the {world}-process job failed ({proc.returncode}):\n{output[-6000:]}")
+        wait(proc, f"the {world}-process job", timeout=TIMEOUT_S)
     return {1: json.loads((out / "one" / "results_1.json").read_text()),
             2: json.loads((out / "two" / "results_2.json").read_text())}
 

@@ -6,40 +6,27 @@ One launch of ``deepspeed_job.py`` runs every scenario (see there); each test ch
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from launch import child_env, free_port, run, torchrun
+
 pytest.importorskip("deepspeed")
 
 pytestmark = pytest.mark.distributed
 
 JOB = Path(__file__).with_name("deepspeed_job.py")
-ROOT = Path(__file__).resolve().parents[2]
 TOL = dict(rel=1e-4, abs=1e-5)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("deepspeed")
     out = work / "results.json"
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           str(JOB), str(out), str(work)]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and out.is_file(), f"job failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    run(torchrun(JOB, out, work), "the 2-rank DeepSpeed job", timeout=600, env=child_env(DS_ACCELERATOR="cpu"))
     return json.loads(out.read_text())
 
 
@@ -114,12 +101,10 @@ def test_zero3_predict_matches_single_process(results):
 
 def test_notebook_emulation_single_process(tmp_path):
     """The seeds' one-process launch (env vars, no launcher): ZeRO-2 and ZeRO-3 give the plain run's curve."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(JOB.with_name("deepspeed_notebook_job.py")), str(tmp_path)],
-                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = run([sys.executable, JOB.with_name("deepspeed_notebook_job.py"), tmp_path], "the notebook emulation",
+               timeout=600, env=child_env(MASTER_PORT=str(free_port())), merge=False)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("CURVES ")]
-    assert proc.returncode == 0 and lines, f"job failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    assert lines, f"no CURVES line:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     curves = json.loads(lines[0].removeprefix("CURVES "))
     assert curves["zero2"]["backend"] == curves["zero3"]["backend"] == "DeepSpeedBackend"
     assert len(curves["plain"]["curve"]) == 4

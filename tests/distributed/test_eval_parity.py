@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,14 +19,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from launch import start, torchrun, wait
+
 pytestmark = pytest.mark.distributed
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 JOB = HERE / "eval_parity_job.py"
 TIMEOUT_S = 420
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-               "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE")
 TIMING_KEYS = ("_runtime", "_samples_per_second", "_steps_per_second", "_model_preparation_time")
 
 
@@ -45,44 +41,14 @@ SCENARIOS = [f"{option}/n={n}/bs={batch}" for option, n, batch in _JOB.scenarios
 UPSTREAM = [key for key in SCENARIOS if key.split("/")[0] in _JOB.UPSTREAM_OPTIONS]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def _check(proc: subprocess.Popen, what: str) -> str:
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        output, _ = proc.communicate()
-        pytest.fail(f"{what} did not finish in {TIMEOUT_S}s:\n{output[-4000:]}")
-    if proc.returncode != 0:
-        pytest.fail(f"{what} failed with exit code {proc.returncode}:\n{output[-6000:]}")
-    return output
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Run the 2-rank launch and the 1-process reference (concurrently); return both results."""
     tmp = tmp_path_factory.mktemp("eval_parity")
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-              "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB), str(tmp / "dist.json"),
-              str(tmp / "dist_out")]
-    common = dict(cwd=str(ROOT), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    dist_proc = subprocess.Popen(launch, **common)
-    ref_proc = subprocess.Popen([sys.executable, str(JOB), str(tmp / "ref.json"), str(tmp / "ref_out"),
-                                 "--upstream"], **common)
-    _check(ref_proc, "the 1-process reference run")
-    _check(dist_proc, "the 2-rank torchrun launch")
+    dist_proc = start(torchrun(JOB, tmp / "dist.json", tmp / "dist_out"))
+    ref_proc = start([sys.executable, JOB, tmp / "ref.json", tmp / "ref_out", "--upstream"])
+    wait(ref_proc, "the 1-process reference run", timeout=TIMEOUT_S)
+    wait(dist_proc, "the 2-rank torchrun launch", timeout=TIMEOUT_S)
     return {"dist": json.loads((tmp / "dist.json").read_text()), "ref": json.loads((tmp / "ref.json").read_text())}
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,10 +17,7 @@ from torch import nn
 
 pytestmark = pytest.mark.distributed
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 TIMEOUT_S = 300
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 class Net(nn.Module):
@@ -57,27 +52,12 @@ def job(out: Path) -> None:
     torch.distributed.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from launch import run, torchrun  # here: the job (this file) runs without tests/ on sys.path
+
     out = tmp_path_factory.mktemp("gather_object")
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-              "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(Path(__file__).resolve()), str(out)]
-    try:
-        proc = subprocess.run(launch, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired as err:
-        pytest.fail(f"the 2-rank job did not finish in {TIMEOUT_S}s:\n{(err.output or '')[-4000:]}")
-    if proc.returncode != 0:
-        pytest.fail(f"the 2-rank job failed ({proc.returncode}):\n{proc.stdout[-6000:]}")
+    run(torchrun(Path(__file__).resolve(), out), "the 2-rank job", timeout=TIMEOUT_S)
     return json.loads((out / "results.json").read_text())
 
 

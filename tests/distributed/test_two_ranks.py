@@ -8,10 +8,7 @@ the captured output of both ranks.
 from __future__ import annotations
 
 import json
-import os
 import re
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,57 +17,27 @@ import numpy as np
 import pytest
 import torch
 
+from launch import start, torchrun, wait
+
 pytestmark = pytest.mark.distributed
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 WORKER = HERE / "worker.py"
 TIMEOUT_S = 300
 DIST_SCENARIOS = ["eval", "ddp", "ddp_ga", "zero", "fsdp_full", "fsdp_grad_op", "fsdp_ga", "fsdp_hybrid_offload",
                   "resume_fsdp",
                   "resume_zero", "log_warning", "log_info"]
 REF_SCENARIOS = ["eval", "ddp", "ddp_ga"]
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-               "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
-def _check(proc: subprocess.Popen, what: str) -> str:
-    try:
-        output, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        output, _ = proc.communicate()
-        pytest.fail(f"{what} did not finish in {TIMEOUT_S}s:\n{output[-4000:]}")
-    if proc.returncode != 0:
-        pytest.fail(f"{what} failed with exit code {proc.returncode}:\n{output[-6000:]}")
-    return output
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Run the 2-rank launch and the 1-process reference (concurrently); return their results and output."""
     dist_dir, ref_dir = tmp_path_factory.mktemp("two_ranks"), tmp_path_factory.mktemp("one_rank")
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-              "--master_addr=127.0.0.1", f"--master_port={_free_port()}", "--tee=3", str(WORKER), str(dist_dir),
-              *DIST_SCENARIOS]
-    common = dict(cwd=str(ROOT), env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    dist_proc = subprocess.Popen(launch, **common)
-    ref_proc = subprocess.Popen([sys.executable, str(WORKER), str(ref_dir), *REF_SCENARIOS], **common)
-    ref_out = _check(ref_proc, "the 1-process reference run")
-    dist_out = _check(dist_proc, "the 2-rank torchrun launch")
+    dist_proc = start(torchrun(WORKER, dist_dir, *DIST_SCENARIOS, flags=["--tee=3"]))
+    ref_proc = start([sys.executable, WORKER, ref_dir, *REF_SCENARIOS])
+    ref_out = wait(ref_proc, "the 1-process reference run", timeout=TIMEOUT_S).stdout
+    dist_out = wait(dist_proc, "the 2-rank torchrun launch", timeout=TIMEOUT_S).stdout
     load = lambda folder, names: {n: json.loads((folder / f"{n}.json").read_text()) for n in names}  # noqa: E731
     return {"dist": load(dist_dir, DIST_SCENARIOS), "ref": load(ref_dir, REF_SCENARIOS),
             "output": dist_out, "ref_output": ref_out}
