@@ -137,6 +137,7 @@ def test_mlflow(tiny, tmp_path, monkeypatch):
     assert "model.safetensors" in {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "checkpoint-4")}
 
 
+
 # ------------------------------------------------------------------------------------------------ W&B
 def _wandb_records(run_dir: Path) -> list[Any]:
     """The records of an offline run's ``.wandb`` file, parsed with wandb's own protobuf ``Record``.
@@ -376,3 +377,58 @@ def test_swanlab_offline(tmp_path):
     assert result["start"] == {"project": "tw-proj", "name": RUN_NAME}
     assert result["config"]["learning_rate"] == LR and result["config"]["hidden_size"] == 2
     assert_losses({int(k): v for k, v in result["loss"].items()}, out["losses"])
+
+
+# ------------------------------------------------------------------------------------------------ lazy set-up
+def test_lazy_tracker_sets_up_once_on_first_use_and_logs_on_the_main_process_only():
+    """The contract the run-based trackers share (``callbacks/integrations/_lazy.py``)."""
+    from types import SimpleNamespace
+
+    from trainwell.callbacks.integrations._lazy import LazyTrackerCallback
+
+    class Recorder(LazyTrackerCallback):
+        def __init__(self) -> None:
+            self.calls: list[tuple] = []
+
+        def setup(self, args, state, model, **kwargs):
+            self._initialized = True
+            self.calls.append(("setup", model))
+
+        def _logging(self, state):
+            return state.is_world_process_zero
+
+        def _log(self, args, state, logs):
+            self.calls.append(("log", logs))
+
+        def _log_predict(self, state, metrics):
+            self.calls.append(("predict", metrics))
+
+    main, replica = SimpleNamespace(is_world_process_zero=True), SimpleNamespace(is_world_process_zero=False)
+    first = Recorder()  # an evaluate() before any training: the first log starts the run
+    first.on_log(None, main, None, model="m", logs={"eval_loss": 1.0})
+    first.on_log(None, main, None, model="m", logs={})  # nothing to write
+    first.on_train_begin(None, main, None, model="m")
+    assert first.calls == [("setup", "m"), ("log", {"eval_loss": 1.0})]
+    second = Recorder()  # predict() first: set up with the model of the event's keyword arguments
+    second.on_predict(None, main, None, metrics={"test_loss": 2.0}, model="p")
+    assert second.calls == [("setup", "p"), ("predict", {"test_loss": 2.0})]
+    other = Recorder()  # a replica sets up (upstream's setup decides what a replica does) and writes nothing
+    other.on_log(None, replica, None, logs={"loss": 1.0})
+    other.on_predict(None, replica, None, metrics={"test_loss": 2.0})
+    assert other.calls == [("setup", None)]
+
+
+def test_dvclive_and_clearml_do_not_log_predictions_as_upstream():
+    from trainwell.callbacks.base import TrainerCallback
+    from trainwell.callbacks.integrations import ClearMLCallback, DVCLiveCallback
+
+    for cls in (DVCLiveCallback, ClearMLCallback):
+        assert cls.on_predict is TrainerCallback.on_predict, cls.__name__
+
+
+def test_dvclive_predict_alone_starts_no_run(tiny, tmp_path, monkeypatch):
+    pytest.importorskip("dvclive")
+    monkeypatch.chdir(tmp_path)  # a Live would write ./dvclive
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="dvclive", use_cpu=True, disable_tqdm=True)
+    Trainer(model=tiny.RegressionModel(), args=args).predict(tiny.regression_data(8))
+    assert not (tmp_path / "dvclive").exists()

@@ -12,8 +12,9 @@ import os
 from dataclasses import fields, is_dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..base import TrainerCallback
 from ._common import check_installed, env_flag, require, scalar_logs
+from ..base import TrainerCallback
+from ._lazy import LazyTrackerCallback
 
 if TYPE_CHECKING:
     from ...state import TrainerControl, TrainerState
@@ -36,7 +37,7 @@ def _hparams(args: Any) -> dict[str, Any]:
     return {k: v for k, v in items.items() if not k.endswith("_token")}
 
 
-class ClearMLCallback(TrainerCallback):
+class ClearMLCallback(LazyTrackerCallback):
     """Logs the arguments (section ``Transformers``), the model config and the metrics to a ClearML task.
 
     Joins the task already running in this process (``Task.current_task()``) or creates one; a task it created is
@@ -45,6 +46,7 @@ class ClearMLCallback(TrainerCallback):
 
     _hparams_section = "Transformers"
     _model_config_section = "Model Configuration"
+    on_predict = TrainerCallback.on_predict  # predict()'s metrics are not logged (as upstream)
 
     def __init__(self) -> None:
         check_installed("clearml")
@@ -93,13 +95,11 @@ class ClearMLCallback(TrainerCallback):
         if not self._initialized:
             self.setup(args, state, model, processing_class)
 
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def _logging(self, state: TrainerState) -> bool:
+        return self._clearml_task is not None and state.is_world_process_zero
+
+    def _log(self, args: Any, state: TrainerState, logs: dict[str, Any]) -> None:
         """Series under ``train``/``eval``/``test`` titles; end-of-run totals as single values."""
-        if not self._initialized:
-            self.setup(args, state, model)
-        if self._clearml_task is None or not state.is_world_process_zero or not logs:
-            return
         task_logger = self._clearml_task.get_logger()
         numbers, dropped = scalar_logs(logs)
         for key, value in numbers.items():
@@ -116,7 +116,7 @@ class ClearMLCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """With ``CLEARML_LOG_MODEL``, upload the checkpoint as an output model (keeping ``save_total_limit``)."""
-        if not (self._log_model and self._clearml_task is not None and state.is_world_process_zero):
+        if not (self._log_model and self._logging(state)):
             return
         name = f"checkpoint-{state.global_step}"
         output_model = self._clearml.OutputModel(task=self._clearml_task, name=name)

@@ -13,8 +13,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..base import TrainerCallback
 from ._common import check_installed, env_flag, require, run_config
+from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def _mode_and_online() -> tuple[str | None, bool | None, bool]:
     raise ValueError(f"COMET_MODE={value!r} is not valid: use one of {_MODES}, or 'offline', 'online', 'disabled'.")
 
 
-class CometCallback(TrainerCallback):
+class CometCallback(LazyTrackerCallback):
     """Logs the arguments and model config as parameters and the logs as metrics to one Comet experiment.
 
     Only the world main process logs. During hyper-parameter search each trial gets its own experiment.
@@ -78,19 +78,12 @@ class CometCallback(TrainerCallback):
         if state.is_hyper_param_search:
             self._experiment.log_optimization(optimization_id=state.trial_name, parameters=state.trial_params)
 
-    def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-                       **kwargs: Any) -> None:
-        """Start the experiment."""
-        if not self._initialized:
-            self.setup(args, state, model)
+    def _logging(self, state: TrainerState) -> bool:
+        return self._experiment is not None and state.is_world_process_zero
 
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def _log(self, args: Any, state: TrainerState, logs: dict[str, Any]) -> None:
         """Log the values as metrics at ``state.global_step`` (``eval_x`` as ``eval/x``, others ``train/x``)."""
-        if not self._initialized:
-            self.setup(args, state, model)
-        if self._experiment is not None and state.is_world_process_zero and logs:
-            self._experiment.log_metrics(rewrite_logs(logs), step=state.global_step, epoch=state.epoch)
+        self._experiment.log_metrics(rewrite_logs(logs), step=state.global_step, epoch=state.epoch)
 
     def on_train_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Upload ``output_dir`` with ``COMET_LOG_ASSETS``; end a trial's experiment."""
@@ -106,8 +99,7 @@ class CometCallback(TrainerCallback):
 
     def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, Any],
                    **kwargs: Any) -> None:
-        """Log ``predict()``'s metrics."""
-        if not self._initialized:
-            self.setup(args, state, None)
-        if self._experiment is not None and state.is_world_process_zero:
-            self._experiment.log_metrics(rewrite_logs(metrics), step=state.global_step, epoch=state.epoch)
+        """Log ``predict()``'s metrics (an experiment started here gets no model graph, as upstream)."""
+        self._ensure_setup(args, state, None)
+        if self._logging(state):
+            self._log(args, state, metrics)

@@ -11,8 +11,9 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..base import TrainerCallback
 from ._common import check_installed, env_flag, require
+from ..base import TrainerCallback
+from ._lazy import LazyTrackerCallback
 
 if TYPE_CHECKING:
     from ...state import TrainerControl, TrainerState
@@ -22,7 +23,7 @@ __all__ = ["DVCLiveCallback"]
 logger = logging.getLogger(__name__)
 
 
-class DVCLiveCallback(TrainerCallback):
+class DVCLiveCallback(LazyTrackerCallback):
     """Logs the arguments as params and the logs as metrics (one DVCLive step per log) on the world main process.
 
     Args:
@@ -30,6 +31,8 @@ class DVCLiveCallback(TrainerCallback):
         log_model: ``True`` (final model at train end), ``"all"`` (``output_dir`` at each save), or ``None``
             (read ``HF_DVCLIVE_LOG_MODEL``).
     """
+
+    on_predict = TrainerCallback.on_predict  # predict()'s metrics are not logged (as upstream)
 
     def __init__(self, live: Any = None, log_model: Literal["all"] | bool | None = None, **kwargs: Any) -> None:
         check_installed("dvclive")
@@ -57,19 +60,11 @@ class DVCLiveCallback(TrainerCallback):
                 self.live = require("dvclive").Live(**self._live_kwargs)
             self.live.log_params(args.to_dict() if hasattr(args, "to_dict") else dict(vars(args)))
 
-    def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-                       **kwargs: Any) -> None:
-        """Set up on the first event."""
-        if not self._initialized:
-            self.setup(args, state, model)
+    def _logging(self, state: TrainerState) -> bool:
+        return state.is_world_process_zero
 
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def _log(self, args: Any, state: TrainerState, logs: dict[str, Any]) -> None:
         """Log each number under DVCLive's standard name (``eval_loss`` -> ``eval/loss``), then step."""
-        if not self._initialized:
-            self.setup(args, state, model)
-        if not state.is_world_process_zero or not logs:
-            return
         from dvclive.plots import Metric
         from dvclive.utils import standardize_metric_name
 

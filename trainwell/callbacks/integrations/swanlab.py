@@ -12,12 +12,12 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..base import TrainerCallback
 from ._common import SINGLE_VALUE_SCALARS, check_installed, require, run_config
+from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
-    from ...state import TrainerControl, TrainerState
+    from ...state import TrainerState
 
 __all__ = ["SwanLabCallback"]
 
@@ -32,7 +32,7 @@ def _active_run(swanlab: Any) -> Any:
         return None
 
 
-class SwanLabCallback(TrainerCallback):
+class SwanLabCallback(LazyTrackerCallback):
     """Logs the config and metrics (``train/x``, ``eval/x``, totals under ``single_value/``) to SwanLab."""
 
     def __init__(self) -> None:
@@ -74,27 +74,14 @@ class SwanLabCallback(TrainerCallback):
         if self._log_model is not None:
             logger.warning("SWANLAB_LOG_MODEL is set, but SwanLab cannot store models yet: ignored.")
 
-    def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-                       **kwargs: Any) -> None:
-        """Start the experiment."""
-        if not self._initialized:
-            self.setup(args, state, model)
+    def _logging(self, state: TrainerState) -> bool:
+        return self._swanlab is not None and state.is_world_process_zero
 
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def _log(self, args: Any, state: TrainerState, logs: dict[str, Any]) -> None:
         """Log the values at ``state.global_step``."""
-        if not self._initialized:
-            self.setup(args, state, model)
-        if self._swanlab is None or not state.is_world_process_zero or not logs:
-            return
         totals = {f"single_value/{k}": v for k, v in logs.items() if k in SINGLE_VALUE_SCALARS}
         series = rewrite_logs({k: v for k, v in logs.items() if k not in SINGLE_VALUE_SCALARS})
         self._swanlab.log({**totals, **series, "train/global_step": state.global_step}, step=state.global_step)
 
-    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, Any],
-                   **kwargs: Any) -> None:
-        """Log ``predict()``'s metrics."""
-        if not self._initialized:
-            self.setup(args, state, kwargs.get("model"))
-        if self._swanlab is not None and state.is_world_process_zero:
-            self._swanlab.log(rewrite_logs(metrics))
+    def _log_predict(self, state: TrainerState, metrics: dict[str, Any]) -> None:
+        self._swanlab.log(rewrite_logs(metrics))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from ..base import TrainerCallback
 from ._common import SINGLE_VALUE_SCALARS, check_installed, require, run_config
+from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["TrackioCallback"]
 
 
-class TrackioCallback(TrainerCallback):
+class TrackioCallback(LazyTrackerCallback):
     """Logs the config and metrics (against ``train/global_step``) to a Trackio run; finished at train end."""
 
     def __init__(self) -> None:
@@ -43,34 +43,21 @@ class TrackioCallback(TrainerCallback):
             init_args["private"] = getattr(args, "hub_private_repo", None)
         trackio.init(**init_args)
 
-    def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-                       **kwargs: Any) -> None:
-        """Start the run."""
-        if not self._initialized:
-            self.setup(args, state, model)
+    def _logging(self, state: TrainerState) -> bool:
+        return self._trackio is not None and state.is_world_process_zero
 
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def _log(self, args: Any, state: TrainerState, logs: dict[str, Any]) -> None:
         """Log the values (end-of-run totals excepted, as upstream) with ``train/global_step``."""
-        if not self._initialized:
-            self.setup(args, state, model)
-        if self._trackio is None or not state.is_world_process_zero or not logs:
-            return
         series = rewrite_logs({k: v for k, v in logs.items() if k not in SINGLE_VALUE_SCALARS})
         self._trackio.log({**series, "train/global_step": state.global_step})
 
     def on_train_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """Finish the run."""
-        if self._trackio is not None and self._initialized and state.is_world_process_zero:
+        if self._initialized and self._logging(state):
             try:
                 self._trackio.finish()
             finally:
                 self._initialized = False
 
-    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, Any],
-                   **kwargs: Any) -> None:
-        """Log ``predict()``'s metrics."""
-        if not self._initialized:
-            self.setup(args, state, kwargs.get("model"))
-        if self._trackio is not None and state.is_world_process_zero:
-            self._trackio.log(rewrite_logs(metrics))
+    def _log_predict(self, state: TrainerState, metrics: dict[str, Any]) -> None:
+        self._trackio.log(rewrite_logs(metrics))

@@ -15,8 +15,8 @@ import tempfile
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from ..base import TrainerCallback
 from ._common import SINGLE_VALUE_SCALARS, check_installed, env_flag, require, run_config
+from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def _model_name(args: Any, run: Any) -> str:
     return f"model-{run.name}" if named else f"model-{run.id}"
 
 
-class WandbCallback(TrainerCallback):
+class WandbCallback(LazyTrackerCallback):
     """Logs the config, metrics (against ``train/global_step``), and optionally the model to W&B.
 
     Only the world main process talks to W&B. A run is started at train begin unless one is already active
@@ -104,25 +104,19 @@ class WandbCallback(TrainerCallback):
         if count is not None:
             wandb.config.update({"model/num_parameters": count}, allow_val_change=True)
 
-    def _active(self, state: TrainerState) -> bool:
+    def _logging(self, state: TrainerState) -> bool:
         return self._wandb is not None and state.is_world_process_zero and not self._disabled
 
     def on_train_begin(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
                        **kwargs: Any) -> None:
         """Start the run; during hyper-parameter search, one run per trial."""
-        if state.is_hyper_param_search and self._initialized and self._active(state):
+        if state.is_hyper_param_search and self._initialized and self._logging(state):
             self._wandb.finish()
             self._initialized = False
-        if not self._initialized:
-            self.setup(args, state, model)
+        super().on_train_begin(args, state, control, model=model, **kwargs)
 
-    def on_log(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
-               logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def _log(self, args: Any, state: TrainerState, logs: dict[str, Any]) -> None:
         """End-of-training totals go to the run summary, everything else to the history."""
-        if not self._initialized:
-            self.setup(args, state, model)
-        if not self._active(state) or not logs:
-            return
         for key in SINGLE_VALUE_SCALARS:
             if key in logs:
                 self._wandb.run.summary[key] = logs[key]
@@ -131,7 +125,7 @@ class WandbCallback(TrainerCallback):
 
     def on_save(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """With ``WANDB_LOG_MODEL=checkpoint``, upload the checkpoint folder just written."""
-        if self._log_model != WandbLogModel.CHECKPOINT or not self._active(state):
+        if self._log_model != WandbLogModel.CHECKPOINT or not self._logging(state):
             return
         folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
         if not os.path.isdir(folder):
@@ -145,7 +139,7 @@ class WandbCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: TrainerState, control: TrainerControl, model: Any = None,
                      processing_class: Any = None, **kwargs: Any) -> None:
         """With ``WANDB_LOG_MODEL=end`` (or ``checkpoint``), upload the final model as an artifact."""
-        if not self._log_model.is_enabled or not self._active(state) or model is None:
+        if not self._log_model.is_enabled or not self._logging(state) or model is None:
             return
         from ...checkpoint.weights import save_model_weights
 
@@ -159,13 +153,8 @@ class WandbCallback(TrainerCallback):
             artifact.add_dir(folder)
             self._wandb.run.log_artifact(artifact, aliases=["final_model"])  # add_dir copied the files
 
-    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, Any],
-                   **kwargs: Any) -> None:
-        """Log ``predict()``'s metrics."""
-        if not self._initialized:
-            self.setup(args, state, kwargs.get("model"))
-        if self._active(state):
-            self._wandb.log(rewrite_logs(metrics))
+    def _log_predict(self, state: TrainerState, metrics: dict[str, Any]) -> None:
+        self._wandb.log(rewrite_logs(metrics))
 
     def _numeric_summary(self) -> dict[str, Any]:
         summary = {k: v for k, v in dict(self._wandb.summary).items()
