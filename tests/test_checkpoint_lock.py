@@ -20,6 +20,7 @@ from trainwell.checkpoint.lock import LOCK_NAME, OutputDirLock, OutputDirLockedE
 from trainwell.trainer_utils import get_last_checkpoint
 
 from conftest import RegressionModel, regression_data
+from launch import run, torchrun
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -223,22 +224,12 @@ RANKS_SCRIPT = textwrap.dedent('''
 
 
 def test_every_rank_fails_together_when_the_output_dir_is_locked(tmp_path):
-    import socket as _socket
-
     script = tmp_path / "ranks.py"
     script.write_text(RANKS_SCRIPT)
     out = tmp_path / "out"
     out.mkdir()
     (out / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "other-node", "since": "then"}))
-    with _socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-                           "--master_addr=127.0.0.1", f"--master_port={port}", str(script), str(out),
-                           str(REPO / "tests")], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run(torchrun(script, out, REPO / "tests"), "the 2-rank locked job", timeout=300, merge=False)
     assert "rank 0 LOCKED output_dir" in proc.stdout and "rank 1 LOCKED (reported by rank 0) output_dir" in proc.stdout
     assert "other-node" in proc.stdout and "TRAINED" not in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]

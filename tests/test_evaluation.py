@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import socket
 import tempfile
 import types
 
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
+from launch import free_port
 from trainwell import Trainer, TrainingArguments
 from trainwell.callbacks import TrainerCallback
 from trainwell.loops.eval_loop import (EvaluationMixin, OutputAccumulator, gather_across_ranks,
@@ -500,17 +500,11 @@ def _gather_worker(rank: int, world_size: int, port: int, queue) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_gather_across_ranks_two_processes_pads_sequence_dim():
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    queue, port = ctx.Queue(), _free_port()
+    queue, port = ctx.Queue(), free_port()
     procs = [ctx.Process(target=_gather_worker, args=(rank, 2, port, queue)) for rank in range(2)]
     for proc in procs:
         proc.start()

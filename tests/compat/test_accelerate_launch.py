@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,14 +17,13 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
+from launch import child_env, free_port, run
 from trainwell.accelerate_env import accelerate_settings, apply_accelerate_env
 
 pytest.importorskip("accelerate")
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 JOB = HERE / "accelerate_job.py"
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 FSDP2_BF16 = """\
 compute_environment: LOCAL_MACHINE
@@ -92,12 +89,6 @@ dynamo_config:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def accelerate_env(tmp_path: Path, config: str, *flags: str) -> dict[str, str]:
     """The variables ``accelerate launch --config_file <config> *flags script.py`` sets (accelerate's own code)."""
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
@@ -106,7 +97,7 @@ def accelerate_env(tmp_path: Path, config: str, *flags: str) -> dict[str, str]:
 
     cfg = tmp_path / "accelerate_config.yaml"
     cfg.write_text(config)
-    argv = ["--config_file", str(cfg), "--main_process_port", str(_free_port()), *flags, "script.py"]
+    argv = ["--config_file", str(cfg), "--main_process_port", str(free_port()), *flags, "script.py"]
     args, defaults, mp_from_config = _validate_launch_command(launch_command_parser().parse_args(argv))
     if args.use_deepspeed and not args.cpu:
         fields = list(defaults.deepspeed_config.keys()) if defaults else []
@@ -335,18 +326,12 @@ def _launch(tmp_path: Path, config: str) -> dict[str, Any]:
     """``accelerate launch --config_file cfg.yaml --num_processes 2 accelerate_job.py ...``; rank 0's result."""
     cfg = tmp_path / "accelerate_config.yaml"
     cfg.write_text(config)
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith(("ACCELERATE_", "FSDP_"))}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["OMP_NUM_THREADS"] = "1"
+    env = child_env(drop=[k for k in os.environ if k.startswith(("ACCELERATE_", "FSDP_"))])
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(cfg), "--num_processes", "2",
-               "--main_process_port", str(_free_port()), str(JOB), str(tmp_path), "--output_dir", str(tmp_path / "out"),
+               "--main_process_port", str(free_port()), str(JOB), str(tmp_path), "--output_dir", str(tmp_path / "out"),
                "--per_device_train_batch_size", "4", "--num_train_epochs", "1", "--logging_steps", "1",
                "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
-    try:
-        proc = subprocess.run(command, cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=480)
-    except subprocess.TimeoutExpired as err:
-        pytest.fail(f"accelerate launch did not finish in {err.timeout}s:\n{str(err.stdout)[-4000:]}")
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    run(command, "accelerate launch", timeout=480, env=env)
     return json.loads((tmp_path / "result.json").read_text())
 
 

@@ -11,10 +11,6 @@ import enum
 import importlib.util
 import inspect
 import json
-import os
-import socket
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -24,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
+from launch import run, torchrun
 
 transformers = pytest.importorskip("transformers")
 
@@ -199,12 +196,6 @@ def test_fp16_with_sharded_ddp_on_cpu_is_the_fp16_on_cpu_error(tmp_path):
     assert "fp16 mixed precision requires a GPU" in str(sharded.value)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.distributed
 def test_fp16_with_sharded_ddp_zero_dp_2_trains_like_ddp_fp16(tmp_path):
     """Seed 002's ``--fp16 --sharded_ddp zero_dp_2`` is no longer refused: FSDP (shard_grad_op) with a sharded grad
@@ -233,12 +224,7 @@ for name, sharded in (("ddp", None), ("zero_dp_2", "zero_dp_2")):
 if os.environ["RANK"] == "0":
     open({str(tmp_path / "result.json")!r}, "w").write(json.dumps(out))
 """)
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={_free_port()}", str(job)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+    run(torchrun(job), "the 2-rank fp16 job", timeout=600)
     result = json.loads((tmp_path / "result.json").read_text())
     ddp, zero = result["ddp"], result["zero_dp_2"]
     assert ddp["backend"] == "DDPBackend" and zero["backend"] == "FSDPBackend"

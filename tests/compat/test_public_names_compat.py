@@ -157,18 +157,15 @@ os._exit(0)
 
 
 def _free_port() -> int:
-    import socket
+    from launch import free_port  # not at the top: the jobs import this module without tests/ on sys.path
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    return env
+    from launch import child_env
+
+    return child_env(HF_HUB_OFFLINE="1")
 
 
 # ----------------------------------------------------------------------------------- legacy prediction loop
