@@ -138,6 +138,30 @@ def test_mlflow(tiny, tmp_path, monkeypatch):
 
 
 
+def test_mlflow_flatten_params(tmp_path, monkeypatch):
+    """``MLFLOW_FLATTEN_PARAMS``: nested values become ``a.b`` parameters (upstream's ``flatten_dict``)."""
+    pytest.importorskip("mlflow")
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from trainwell.integrations import MLflowCallback
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_FLATTEN_PARAMS", "1")
+    callback = MLflowCallback()
+    callback._ml_flow = mlflow
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        with mlflow.start_run(experiment_id="0") as run:  # the store's default experiment
+            callback._log_params({"a": {"b": 1, "c": {"d": "x"}}, "e": 3})
+    finally:
+        mlflow.set_tracking_uri(before)
+    params = MlflowClient(tracking_uri=uri).get_run(run.info.run_id).data.params
+    assert params == {"a.b": "1", "a.c.d": "x", "e": "3"}
+
+
 # ------------------------------------------------------------------------------------------------ W&B
 def _wandb_records(run_dir: Path) -> list[Any]:
     """The records of an offline run's ``.wandb`` file, parsed with wandb's own protobuf ``Record``.

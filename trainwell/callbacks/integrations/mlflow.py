@@ -15,6 +15,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ..base import TrainerCallback
+from ._common import flatten
 from .tensorboard import as_scalar
 
 if TYPE_CHECKING:
@@ -48,18 +49,6 @@ def _mlflow_installed() -> bool:
     from ...trackers import is_installed
 
     return is_installed("mlflow")
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Flatten nested dicts into ``a.b`` keys."""
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _args_to_params(args: Any, model: Any) -> dict[str, Any]:
@@ -128,7 +117,7 @@ class MLflowCallback(TrainerCallback):
 
     def _log_params(self, params: dict[str, Any]) -> None:
         if _env_flag("MLFLOW_FLATTEN_PARAMS"):
-            params = _flatten(params)
+            params = flatten(params)
         for name, value in list(params.items()):
             if len(str(value)) > self.MAX_PARAM_VAL_LENGTH:
                 logger.warning(
