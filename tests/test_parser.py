@@ -219,6 +219,13 @@ def test_parse_json_and_yaml(tmp_path):
     yf.write_text("- 1\n- 2\n")
     with pytest.raises(ValueError, match="must hold a mapping"):
         parser.parse_yaml_file(yf)
+    bad = [(yf, "name: [y\n", r"(?s)a.yaml' is not valid yaml .*; fix the file"),
+           (jf, "[1, 2]", "a.json' must hold a mapping of field names to values, got list"),
+           (jf, '{"name": ', r"(?s)a.json' is not valid json .*; fix the file")]
+    for path, text, message in bad:
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            (parser.parse_json_file if path.suffix == ".json" else parser.parse_yaml_file)(path)
 
 
 def test_rejects_non_dataclass_and_unsupported_union():

@@ -323,30 +323,27 @@ class ArgParser(argparse.ArgumentParser):
 
     def parse_json_file(self, json_file: str | Path, allow_extra_keys: bool = False) -> tuple[Any, ...]:
         """Read a json object of field values from ``json_file`` and build the dataclasses (see ``parse_dict``)."""
-        path = Path(json_file)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{str(path)!r} is not valid json ({exc}); fix the file") from exc
-        return self.parse_dict(self._check_mapping(data, path), allow_extra_keys=allow_extra_keys)
+        data = _read_mapping(Path(json_file), "json", json.loads, json.JSONDecodeError)
+        return self.parse_dict(data, allow_extra_keys=allow_extra_keys)
 
     def parse_yaml_file(self, yaml_file: str | Path, allow_extra_keys: bool = False) -> tuple[Any, ...]:
         """Read a yaml mapping of field values from ``yaml_file`` and build the dataclasses (see ``parse_dict``)."""
         import yaml
 
-        path = Path(yaml_file)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{str(path)!r} is not valid yaml ({exc}); fix the file") from exc
-        return self.parse_dict(self._check_mapping(data, path), allow_extra_keys=allow_extra_keys)
+        data = _read_mapping(Path(yaml_file), "yaml", yaml.safe_load, yaml.YAMLError)
+        return self.parse_dict(data, allow_extra_keys=allow_extra_keys)
 
-    @staticmethod
-    def _check_mapping(data: Any, path: Path) -> dict[str, Any]:
-        """Return ``data`` when it is a dict, else raise naming the file."""
-        if not isinstance(data, dict):
-            raise ValueError(f"{str(path)!r} must hold a mapping of field names to values, got {type(data).__name__}")
-        return data
+
+def _read_mapping(path: Path, kind: str, load: Callable[[str], Any], error: type[Exception]) -> dict[str, Any]:
+    """The mapping of field values in the ``kind`` file ``path``; an invalid file or another value raises a
+    ``ValueError`` naming the file."""
+    try:
+        data = load(path.read_text(encoding="utf-8"))
+    except error as exc:
+        raise ValueError(f"{str(path)!r} is not valid {kind} ({exc}); fix the file") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{str(path)!r} must hold a mapping of field names to values, got {type(data).__name__}")
+    return data
 
 
 HfArgumentParser = ArgParser
