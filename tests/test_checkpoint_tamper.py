@@ -11,17 +11,15 @@ the old save order left) make *both* ranks fall back to ``checkpoint-6``.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
+from launch import child_env, run, torchrun
 from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint import layout
 from trainwell.checkpoint.layout import CheckpointError
@@ -131,20 +129,10 @@ def test_sizes_only_marker_of_format_1_still_loads(trained, tmp_path):
 # ------------------------------------------------------------------------------------------------ 2 ranks
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _launch(out: Path, backend: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT", "RANK",
-                                                             "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1",
-               DS_ACCELERATOR="cpu")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB), str(out), backend]
-    return subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    env = child_env(drop=("KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT"), DS_ACCELERATOR="cpu")
+    return run(torchrun(JOB, out, backend), f"the 2-rank {backend} job", timeout=400, env=env, merge=False,
+               check=False)
 
 
 def _truncate_shard_and_reseal(folder: Path) -> None:

@@ -12,19 +12,17 @@ and the RNG streams from trainwell's), so a silently fresh optimizer or a lost R
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from launch import child_env, start, torchrun, wait
+
 pytestmark = pytest.mark.distributed
 
 JOB = Path(__file__).with_name("kill_job.py")
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 400
 
 # (environment variable, value) per kill; phases: files, engine, marker, rename, renamed (commit.py's docstring).
@@ -39,33 +37,15 @@ CHAINS = {
 ENGINE_FILES = {"ddp": [], "fsdp": ["fsdp_state/.metadata"], "zero2": ["latest"]}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _launch(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess.CompletedProcess:
-    proc = _start(out, backend, kill)
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"{backend} {kill}: no end in {TIMEOUT_S}s (a hang, not a crash):\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return wait(_start(out, backend, kill), f"{backend} {kill}", timeout=TIMEOUT_S, check=False)
 
 
 def _start(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT", "RANK",
-                                                             "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1",
-               DS_ACCELERATOR="cpu")
+    env = child_env(drop=("KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT"), DS_ACCELERATOR="cpu")
     if kill is not None:
         env[kill[0]] = kill[1]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB), str(out), backend]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start(torchrun(JOB, out, backend), env=env, merge=False)
 
 
 def _weights(out: Path) -> dict[str, torch.Tensor]:
@@ -128,8 +108,7 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
         assert begin[0] in allowed, (kill, begin, allowed)
         assert not (out / "final.safetensors").exists()
         _check_checkpoints(out, backend)
-    _, ref_err = reference.communicate(timeout=TIMEOUT_S)
-    assert reference.returncode == 0, ref_err[-4000:]
+    wait(reference, f"the uninterrupted {backend} run", timeout=TIMEOUT_S)
     allowed = _resume_steps(out)
     final = _launch(out, backend, None)
     assert final.returncode == 0, final.stderr[-6000:]
