@@ -14,17 +14,18 @@ Imported as ``launch`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import pytest
 
-__all__ = ["LAUNCH_VARS", "ROOT", "child_env", "free_port", "run", "start", "torchrun", "wait"]
+__all__ = ["LAUNCH_VARS", "ROOT", "child_env", "free_port", "run", "run_json", "start", "torchrun", "wait"]
 
 ROOT = Path(__file__).resolve().parents[1]
 # What torchrun, the DeepSpeed launcher, srun and mpirun set: a child that inherits one would join the wrong group.
@@ -90,6 +91,16 @@ def run(cmd: Sequence[str | Path], what: str, *, timeout: float, env: dict[str, 
         merge: bool = True, check: bool = True, cwd: str | Path = ROOT) -> subprocess.CompletedProcess:
     """:func:`start` then :func:`wait`."""
     return wait(start(cmd, env=env, merge=merge, cwd=cwd), what, timeout=timeout, check=check)
+
+
+def run_json(cmd: Sequence[str | Path], result: Path, what: str, *, timeout: float,
+             env: dict[str, str] | None = None) -> Any:
+    """:func:`run` (checked), then the JSON the job wrote to ``result``; a job that ended well but wrote no result
+    fails the test with the tail of its output."""
+    done = run(cmd, what, timeout=timeout, env=env)
+    if not result.is_file():
+        pytest.fail(f"{what} ended without writing {result}:\n{_tail(done.stdout, done.stderr)}")
+    return json.loads(result.read_text())
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
-from launch import child_env, free_port, run
+from launch import child_env, free_port, run_json
 from trainwell.accelerate_env import accelerate_settings, apply_accelerate_env
 
 pytest.importorskip("accelerate")
@@ -331,8 +331,7 @@ def _launch(tmp_path: Path, config: str) -> dict[str, Any]:
                "--main_process_port", str(free_port()), str(JOB), str(tmp_path), "--output_dir", str(tmp_path / "out"),
                "--per_device_train_batch_size", "4", "--num_train_epochs", "1", "--logging_steps", "1",
                "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true"]
-    run(command, "accelerate launch", timeout=480, env=env)
-    return json.loads((tmp_path / "result.json").read_text())
+    return run_json(command, tmp_path / "result.json", "accelerate launch", timeout=480, env=env)
 
 
 @pytest.mark.distributed

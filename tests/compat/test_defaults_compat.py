@@ -10,7 +10,6 @@ import dataclasses
 import enum
 import importlib.util
 import inspect
-import json
 import warnings
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
-from launch import run, torchrun
+from launch import run_json, torchrun
 
 transformers = pytest.importorskip("transformers")
 
@@ -224,8 +223,7 @@ for name, sharded in (("ddp", None), ("zero_dp_2", "zero_dp_2")):
 if os.environ["RANK"] == "0":
     open({str(tmp_path / "result.json")!r}, "w").write(json.dumps(out))
 """)
-    run(torchrun(job), "the 2-rank fp16 job", timeout=600)
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = run_json(torchrun(job), tmp_path / "result.json", "the 2-rank fp16 job", timeout=600)
     ddp, zero = result["ddp"], result["zero_dp_2"]
     assert ddp["backend"] == "DDPBackend" and zero["backend"] == "FSDPBackend"
     assert zero["scaler"] == "ShardedGradScaler" and zero["scale"] == ddp["scale"]  # the same skipped steps

@@ -10,8 +10,6 @@ scenarios also run through ``transformers.Trainer``, under the key ``upstream/<s
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,9 +20,9 @@ from torch import nn
 
 torch.set_num_threads(1)
 
+from jobs import finish  # noqa: E402
 from trainwell import Trainer, TrainingArguments  # noqa: E402
 
-RANK = int(os.environ.get("RANK", "0"))
 VOCAB, CLASSES, HIDDEN = 11, 3, 6
 LENGTHS = (1, 7, 37)
 BATCH_SIZES = (1, 8)
@@ -207,11 +205,7 @@ def main(argv: list[str]) -> None:
 
             results[f"upstream/{key}"] = run_trainer(transformers.Trainer, transformers.TrainingArguments,
                                                      n, batch, option, workdir)
-    if RANK == 0:
-        out_json.write_text(json.dumps(results))
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    finish(out_json, results)
 
 
 if __name__ == "__main__":

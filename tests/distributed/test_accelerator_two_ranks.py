@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from launch import run, torchrun
+from launch import run_json, torchrun
 
 pytestmark = pytest.mark.distributed
 
@@ -17,8 +16,8 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("accelerator")
-    run(torchrun(HERE / "accelerator_job.py", out), "the 2-rank accelerator job", timeout=600)
-    return json.loads((out / "result.json").read_text())
+    return run_json(torchrun(HERE / "accelerator_job.py", out), out / "result.json", "the 2-rank accelerator job",
+                    timeout=600)
 
 
 def test_collectives_on_two_ranks(result):

@@ -20,6 +20,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from jobs import finish
+
 pytestmark = pytest.mark.distributed
 
 TIMEOUT_S = 300
@@ -85,11 +87,7 @@ def job(out: Path) -> None:
         "lm_local": _run(out / "lm_local", TokenLM(), world, False),
         "regression": _run(out / "regression", Regression(), world, True),
     }
-    if int(os.environ.get("RANK", "0")) == 0:
-        (out / f"results_{world}.json").write_text(json.dumps(results))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    finish(out / f"results_{world}.json", results)
 
 
 # ------------------------------------------------------------------------------------------------ the test

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, free_port, run, torchrun
+from launch import child_env, free_port, run, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 
@@ -26,8 +26,8 @@ TOL = dict(rel=1e-4, abs=1e-5)
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     work = tmp_path_factory.mktemp("deepspeed")
     out = work / "results.json"
-    run(torchrun(JOB, out, work), "the 2-rank DeepSpeed job", timeout=600, env=child_env(DS_ACCELERATOR="cpu"))
-    return json.loads(out.read_text())
+    return run_json(torchrun(JOB, out, work), out, "the 2-rank DeepSpeed job", timeout=600,
+                    env=child_env(DS_ACCELERATOR="cpu"))
 
 
 def _ok(results: dict, name: str) -> dict:

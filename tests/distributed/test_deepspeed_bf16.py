@@ -7,13 +7,12 @@ dtype").
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
-from launch import child_env, run, torchrun
+from launch import child_env, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 
@@ -24,9 +23,8 @@ JOB = Path(__file__).with_name("deepspeed_bf16_job.py")
 
 def test_bf16_engine_gets_bf16_float_inputs_and_long_integer_inputs(tmp_path):
     out = tmp_path / "result.json"
-    run(torchrun(JOB, out, tmp_path), "the 2-rank DeepSpeed bf16 job", timeout=600,
-        env=child_env(DS_ACCELERATOR="cpu"))
-    result = json.loads(out.read_text())
+    result = run_json(torchrun(JOB, out, tmp_path), out, "the 2-rank DeepSpeed bf16 job", timeout=600,
+                      env=child_env(DS_ACCELERATOR="cpu"))
     assert "error" not in result, result["error"]
     assert result["param_dtype"] == "torch.bfloat16"  # the engine really runs the model in bf16
     assert result["seen"] == ["torch.bfloat16/torch.int64"]  # floats cast, integers untouched, in train and eval

@@ -5,7 +5,6 @@ The file is both the test and the job (``python test_gather_object.py OUT`` unde
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -14,6 +13,8 @@ from typing import Any
 import pytest
 import torch
 from torch import nn
+
+from jobs import finish
 
 pytestmark = pytest.mark.distributed
 
@@ -46,19 +47,15 @@ def job(out: Path) -> None:
         parts = gather_parts((torch.tensor([rank]), f"rank-{rank}", {"tag": [rank, "x"]}),
                              gather_objects=args.eval_use_gather_object)
         results[f"parts_{flag}"] = [[int(p[0]), p[1], p[2]] for p in parts]
-    if rank == 0:
-        (out / "results.json").write_text(json.dumps(results))
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    finish(out / "results.json", results)
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from launch import run, torchrun  # here: the job (this file) runs without tests/ on sys.path
+    from launch import run_json, torchrun  # here: the job (this file) runs without tests/ on sys.path
 
     out = tmp_path_factory.mktemp("gather_object")
-    run(torchrun(Path(__file__).resolve(), out), "the 2-rank job", timeout=TIMEOUT_S)
-    return json.loads((out / "results.json").read_text())
+    return run_json(torchrun(Path(__file__).resolve(), out), out / "results.json", "the 2-rank job", timeout=TIMEOUT_S)
 
 
 def test_objects_are_gathered_only_when_asked(results) -> None:

@@ -18,6 +18,8 @@ import pytest
 import torch
 from torch import nn
 
+from jobs import finish
+
 pytestmark = pytest.mark.distributed
 
 TIMEOUT_S = 300
@@ -66,21 +68,16 @@ def job(out: Path) -> None:
         resumed = {name: _run(out / f"ga{ga}-from-{name}", ga, resume=str(out / f"ga{ga}" / name))
                    for name in ("checkpoint-3", "checkpoint-6", "checkpoint-9")}
         results[f"ga{ga}"] = {"full": full, "resumed": resumed, "data_state": data_state}
-    if rank == 0:
-        (out / "results.json").write_text(json.dumps(results))
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    finish(out / "results.json", results)
 
 
 # ------------------------------------------------------------------------------------------------ the test
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from launch import run, torchrun  # here: the job (this file) runs without tests/ on sys.path
+    from launch import run_json, torchrun  # here: the job (this file) runs without tests/ on sys.path
 
     out = tmp_path_factory.mktemp("resume_logging")
-    run(torchrun(Path(__file__).resolve(), out), "the 2-rank job", timeout=TIMEOUT_S)
-    return json.loads((out / "results.json").read_text())
+    return run_json(torchrun(Path(__file__).resolve(), out), out / "results.json", "the 2-rank job", timeout=TIMEOUT_S)
 
 
 @pytest.mark.parametrize("ga", [1, 2])

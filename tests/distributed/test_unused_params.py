@@ -6,12 +6,11 @@ set to False explicitly, DDP itself refuses the second step, as upstream does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from launch import run, torchrun
+from launch import run_json, torchrun
 
 pytestmark = pytest.mark.distributed
 
@@ -21,8 +20,8 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
     out = tmp_path_factory.mktemp("unused_params")
-    run(torchrun(HERE / "unused_params_job.py", out), "the 2-rank unused-parameters job", timeout=600)
-    return json.loads((out / "result.json").read_text())
+    return run_json(torchrun(HERE / "unused_params_job.py", out), out / "result.json",
+                    "the 2-rank unused-parameters job", timeout=600)
 
 
 def test_unused_branch_trains_with_the_default(result):
