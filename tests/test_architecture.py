@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
 }
 # Documented exceptions: (importer, imported) pairs allowed to point up, each imported lazily inside a function.
 # get_last_checkpoint and a few helpers keep their upstream home in trainer_utils, resolved lazily (PEP 562).
-ALLOWED = {("trainer_utils", "checkpoint"), ("trainer_utils", "hpsearch"), ("trainer_utils", "hpsearch_ray"), ("trainer_utils", "reporting"),
+ALLOWED = {("trainer_utils", "hpsearch"), ("trainer_utils", "hpsearch_ray"), ("trainer_utils", "reporting"),
            ("trainer_utils", "loops"), ("trainer_utils", "data")}
 
 

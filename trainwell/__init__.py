@@ -56,7 +56,7 @@ _EXPORTS: dict[str, str] = {
     "PredictionOutput": "trainer_utils",
     "set_seed": "trainer_utils",
     "enable_full_determinism": "trainer_utils",
-    "get_last_checkpoint": "trainer_utils",
+    "get_last_checkpoint": "checkpoint.layout",
     # data
     "default_data_collator": "data.collators",
     "DataCollatorWithPadding": "data.collators",

@@ -336,7 +336,7 @@ def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
     """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
     import shlex
 
-    from .trainer_utils import get_last_checkpoint
+    from .checkpoint.layout import get_last_checkpoint
 
     signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
     kept: list[str] = []
@@ -375,7 +375,7 @@ def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, An
     """The ``(label, value)`` rows of the end-of-run summary."""
     import math
 
-    from .trainer_utils import get_last_checkpoint
+    from .checkpoint.layout import get_last_checkpoint
 
     metrics = result.metrics
     rows = [("recipe", recipe.name), ("steps", str(result.global_step)),
