@@ -21,6 +21,9 @@ class Capabilities:
     handles_grad_accumulation: bool = False  # DeepSpeed accumulates, scales and clips itself
     owns_precision: bool = False  # DeepSpeed / FSDP mixed-precision policy replaces autocast
     sharded_state: bool = False  # FSDP / ZeRO-3: saving needs every rank
+    # The checkpoint state can be copied to host memory and written by trainwell's own commit on a background
+    # thread (``async_save``): no engine writes files or runs collectives of its own during the save.
+    async_checkpoint: bool = False
 
 
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]

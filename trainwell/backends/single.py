@@ -22,7 +22,7 @@ class SingleDeviceBackend:
     straight line whatever the precision. Subclasses (DDP) change only the wrapping and ``no_sync``.
     """
 
-    caps = Capabilities()
+    caps = Capabilities(async_checkpoint=True)
 
     def __init__(self, device: torch.device, precision: Precision, *, n_gpu: int = 1,
                  place_model_on_device: bool = True) -> None:

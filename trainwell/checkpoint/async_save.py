@@ -14,8 +14,14 @@ write leaves the previous checkpoint as the newest valid one.
 - A failure of the background write is kept and raised in the training thread by :meth:`AsyncSaver.raise_if_failed`
   (the trainer calls it after every optimizer step) or by the next :meth:`save` / :meth:`wait`.
 
-Single process, plain model only: the commit's collectives would otherwise run on the saver thread next to the
-training stream's, and engines (DeepSpeed, FSDP) write their own files; the trainer refuses ``async_save`` there.
+Several processes (DDP): every rank runs its saver thread, and the commit's collectives (the temporary folder's
+name, the barrier, the exchange of reports and outcomes) run on a dedicated gloo group (:func:`new_saver_group`,
+created by every rank when the trainer is built), never on the group the training thread uses: collectives of two
+threads must not interleave on one group. The commit already makes a write failure on one rank fail the save on
+every rank; :meth:`AsyncSaver.wait` adds one more exchange on that group (after joining the thread, so the group is
+idle) so that a failure known to one rank only (its rotation) is raised on every rank at the same point too. Only
+the backends whose ``caps.async_checkpoint`` is True take part: their checkpoint is trainwell's own files
+(the engines of DeepSpeed, FSDP and ZeroRedundancyOptimizer write theirs with collectives on the training group).
 """
 
 from __future__ import annotations
@@ -150,10 +156,28 @@ def freeze_contents(contents: "CheckpointContents", copier: HostCopier) -> "Chec
         trainer_state=copy.deepcopy(contents.trainer_state), data_state=copy.deepcopy(contents.data_state))
 
 
-class AsyncSaver:
-    """Runs one checkpoint save at a time on a background thread (see the module docstring)."""
+def new_saver_group(timeout_s: float | None = None) -> Any:
+    """A new gloo process group of every rank, for the saver thread's collectives (see the module docstring).
 
-    def __init__(self) -> None:
+    A collective of the default group: every rank must call it at the same point of its program.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    kwargs = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
+    return dist.new_group(backend="gloo", **kwargs)
+
+
+class AsyncSaver:
+    """Runs one checkpoint save at a time on a background thread (see the module docstring).
+
+    ``group``: with several processes, the process group (from :func:`new_saver_group`) of the background commit's
+    collectives and of the agreement in :meth:`wait`; None in a single process.
+    """
+
+    def __init__(self, *, group: Any = None) -> None:
+        self.group = group
         self.copier = HostCopier()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -180,7 +204,7 @@ class AsyncSaver:
 
         def work() -> None:
             try:
-                folder = manager.save(step, frozen, rng_state=rng_state)
+                folder = manager.save(step, frozen, rng_state=rng_state, group=self.group)
                 if after is not None:
                     after(folder)
             except BaseException as err:  # noqa: B036 - kept and raised in the training thread
@@ -198,9 +222,29 @@ class AsyncSaver:
             self._thread = None
 
     def wait(self) -> None:
-        """Wait for the save in flight and raise CheckpointError if it (or an earlier one) failed."""
+        """Wait for the save in flight and raise CheckpointError if it (or an earlier one) failed.
+
+        With a ``group``, a collective: every rank calls it at the same point, and all raise when any rank's save
+        failed.
+        """
         self.join()
+        if self.group is not None:
+            self._agree()
         self.raise_if_failed()
+
+    def _agree(self) -> None:
+        """Learn the other ranks' failures (one object all-gather on the saver's group, which is idle now)."""
+        import torch.distributed as dist
+
+        mine = None if not self.failed else (self._failed_step, f"{type(self._error).__name__}: {self._error}")
+        reports: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(reports, mine, group=self.group)
+        failed = [(rank, report) for rank, report in enumerate(reports) if report is not None]
+        if failed and not self.failed:
+            self._failed_step = failed[0][1][0]
+            self._error = CheckpointError("failed on rank(s) " + "; ".join(
+                f"{rank}: {message}" for rank, (_, message) in failed))
+            self.failed = True
 
     def raise_if_failed(self) -> None:
         """Raise CheckpointError when a background save has failed (then forget the failure)."""
