@@ -61,10 +61,9 @@ class TrainerCheckpointing:
         if not self.backend.caps.async_checkpoint:
             raise ValueError(
                 f"async_save=True is not supported by the {type(self.backend).__name__} backend: its checkpoint is "
-                "written by an engine (DeepSpeed's save_checkpoint, FSDP's sharded DCP files, the "
-                "ZeroRedundancyOptimizer state of sharded_ddp) synchronously, with collectives on the training "
-                "process group, so it cannot run in a background thread; set async_save=False (plain DDP and one "
-                "process support it)")
+                "written by an engine (DeepSpeed's save_checkpoint, the ZeroRedundancyOptimizer state of "
+                "sharded_ddp) synchronously, with collectives on the training process group, so it cannot run in "
+                "a background thread; set async_save=False (one process, DDP and FSDP support it)")
         from .distributed import is_dist
 
         if self.args.world_size > 1 and is_dist():
@@ -296,7 +295,8 @@ class TrainerCheckpointing:
         if self._async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
             best = self.state.best_model_checkpoint
             folder = self._async_saver.save(self._checkpoints, step, self._contents(tr_loss=tr_loss),
-                                            after=lambda _: self._checkpoints.rotate(best_model_checkpoint=best))
+                                            after=lambda _: self._checkpoints.rotate(best_model_checkpoint=best),
+                                            engine_snapshot=self.backend.async_engine_snapshot)
             self._last_checkpoint = folder
             if self.args.push_to_hub:  # the push reads the checkpoint: wait until it is committed
                 self._async_saver.wait()

@@ -1,7 +1,8 @@
 """The 2-rank DDP job of ``test_async_save_ranks.py`` (``torchrun --nproc_per_node=2``, gloo, CPU).
 
-Usage: ``async_save_job.py OUT_DIR MODE`` with MODE ``sync``, ``async`` (``async_save``) or ``refused`` (builds
-Trainers with ``async_save`` on the backends that refuse it and prints ``RANK<r> REFUSED <backend> <error>``). A dropout MLP trains
+Usage: ``async_save_job.py OUT_DIR MODE`` with MODE ``sync``, ``async`` (``async_save``), ``sync-fsdp``,
+``async-fsdp`` (FSDP2 ``full_shard``) or ``refused`` (builds a Trainer with ``async_save`` on a backend that refuses
+it and prints ``RANK<r> REFUSED <backend> <error>``). A dropout MLP trains
 12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with ``resume_from_checkpoint=True``
 when ``OUT_DIR`` holds a checkpoint. Environment:
 
@@ -99,7 +100,7 @@ def fail_rotation(spec: str) -> None:
 
 def refused(out: Path) -> None:
     """Build a Trainer with async_save=True for each backend whose engine writes the checkpoint; print the error."""
-    for name, extra in (("FSDPBackend", {"fsdp": "full_shard"}), ("DDPBackend", {"sharded_ddp": "simple"})):
+    for name, extra in (("DDPBackend", {"sharded_ddp": "simple"}),):
         args = TrainingArguments(output_dir=str(out), use_cpu=True, report_to="none", async_save=True, **extra)
         try:
             Trainer(model=DropoutMLP(), args=args, train_dataset=make_data())
@@ -118,7 +119,8 @@ def main(out: Path, mode: str) -> None:
     args = TrainingArguments(
         output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, num_train_epochs=2, learning_rate=0.05,
         warmup_steps=2, logging_steps=1, save_strategy="steps", save_steps=3, seed=0, report_to="none",
-        disable_tqdm=True, max_grad_norm=1.0, async_save=mode == "async")
+        disable_tqdm=True, max_grad_norm=1.0, async_save=mode.startswith("async"),
+        **({"fsdp": "full_shard"} if mode.endswith("-fsdp") else {}))
     begin = Begin()
     trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=make_data(), callbacks=[begin])
     begin.trainer = trainer
@@ -130,10 +132,11 @@ def main(out: Path, mode: str) -> None:
     except CheckpointError as err:
         print(f"RANK{RANK} CHECKPOINT_ERROR {trainer.state.global_step} {err}", flush=True)
         sys.exit(3)
+    state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else trainer.model.state_dict()
     if RANK == 0:
         from safetensors.torch import save_file
 
-        save_file({k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()},
+        save_file({k: v.detach().contiguous() for k, v in state.items()},
                   str(out / "final.safetensors"))
     print(f"RANK{RANK} DONE {trainer.state.global_step}", flush=True)
 

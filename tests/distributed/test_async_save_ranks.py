@@ -3,8 +3,9 @@
 An asynchronous run writes the same checkpoints as a synchronous one; a SIGKILL of a rank during the background
 write leaves the previous checkpoint the newest valid one and the relaunch ends on the uninterrupted run's weights
 (``torch.equal``); a background write that fails on rank 1 is raised as CheckpointError on both ranks, at the same
-step; the backends whose engine writes the checkpoint (FSDP, ZeroRedundancyOptimizer) refuse ``async_save`` when the
-Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
+step. The same with FSDP2: the shards are copied to host memory in the training thread and written by DCP in the
+background. ZeroRedundancyOptimizer (``sharded_ddp``), whose state is consolidated with collectives on the training
+group, refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
 """
 
 from __future__ import annotations
@@ -109,6 +110,49 @@ def test_async_and_sync_ddp_checkpoints_hold_the_same_files(reference):
     assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
 
 
+@pytest.fixture(scope="module")
+def fsdp_reference(tmp_path_factory):
+    """The same two runs with FSDP2 (``full_shard``): the sharded state goes through DCP on the saver's group."""
+    root = tmp_path_factory.mktemp("async_fsdp")
+    procs = {mode: _start(root / mode, mode) for mode in ("sync-fsdp", "async-fsdp")}
+    for mode, proc in procs.items():
+        done = _finish(proc)
+        assert done.returncode == 0, f"{mode}:\n{done.stderr[-4000:]}"
+    return {mode: root / mode for mode in procs}
+
+
+def test_async_and_sync_fsdp_checkpoints_hold_the_same_shards(fsdp_reference):
+    sync, async_ = fsdp_reference["sync-fsdp"], fsdp_reference["async-fsdp"]
+    names = [f"checkpoint-{s}" for s in STEPS]
+    assert [p.name for p in list_complete_checkpoints(async_)] == [p.name for p in list_complete_checkpoints(sync)] \
+        == names
+    for name in names:
+        verify_checkpoint(async_ / name)
+        files_a, files_s = read_marker(async_ / name)["files"], read_marker(sync / name)["files"]
+        assert sorted(files_a) == sorted(files_s)
+        shards = [f for f in files_a if f.startswith("fsdp_state/") and f.endswith(".distcp")]
+        assert len(shards) == 2 and "fsdp_state/.metadata" in files_a
+        for file in [*shards, "model.safetensors", "data_state.json", "trainer_state.json"]:
+            assert files_a[file] == files_s[file], (name, file)  # size and checksum
+    want, got = _weights(sync), _weights(async_)
+    assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
+
+
+def test_fsdp_rank_killed_during_the_background_dcp_write_resumes_bit_exactly(fsdp_reference, tmp_path):
+    """Rank 1 dies after DCP wrote its shard on the saver thread, before the ranks compare reports."""
+    out = tmp_path / "out"
+    killed = _finish(_start(out, "async-fsdp", TRAINWELL_TEST_KILL_AT="engine:6:1"))
+    log = killed.stdout + killed.stderr
+    assert killed.returncode != 0 and "(exitcode: -9) local_rank: 1" in log, log[-4000:]
+    assert list_complete_checkpoints(out)[-1].name == "checkpoint-3"
+    resumed = _finish(_start(out, "async-fsdp"))
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-6000:]
+    assert _begin_steps(log) == {0: 3, 1: 3}
+    want, got = _weights(fsdp_reference["sync-fsdp"]), _weights(out)
+    assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
+
+
 @pytest.mark.parametrize(("kill_at", "newest", "resumes_at"), [
     ("files:6:1", "checkpoint-3", 3),  # rank 1 dies after writing its RNG file, in the background: no checkpoint-6
     ("rename:9:0", "checkpoint-6", 9),  # rank 0 dies after the marker, before the rename: the resume promotes it
@@ -177,8 +221,7 @@ def test_engines_that_write_their_own_checkpoint_refuse_async_save(tmp_path):
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     for rank in (0, 1):
-        for backend, engine in (("FSDPBackend", "FSDP's sharded DCP files"),
-                                ("DDPBackend", "ZeroRedundancyOptimizer state of sharded_ddp")):
+        for backend, engine in (("DDPBackend", "ZeroRedundancyOptimizer state of sharded_ddp"),):
             line = re.search(rf"RANK{rank} REFUSED {backend} (.*)", log)
             assert line is not None, log[-4000:]
             assert f"async_save=True is not supported by the {backend} backend" in line.group(1)

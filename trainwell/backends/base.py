@@ -87,3 +87,12 @@ class Backend(Protocol):
 
     def load(self, folder: Path) -> None:
         """Read what :meth:`save` wrote; raise (any exception) when it cannot: all ranks then fall back together."""
+
+    def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
+        """For ``async_save`` (backends with ``caps.async_checkpoint`` only): what :meth:`save` writes, taken now.
+
+        Called on every rank in the training thread (it may run collectives on the training group): copies the
+        backend's own checkpoint state to host memory and returns ``write(folder, group)``, which the saver thread
+        calls with the temporary folder and the saver's process group (its collectives must run on that group
+        only). None when the backend writes nothing beyond trainwell's files.
+        """

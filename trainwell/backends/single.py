@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
@@ -109,6 +109,10 @@ class SingleDeviceBackend:
 
     def save(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""
+
+    def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
+        """None: nothing beyond the common checkpoint files (see :meth:`Backend.async_engine_snapshot`)."""
+        return None
 
     def load(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""

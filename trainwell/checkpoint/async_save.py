@@ -19,9 +19,13 @@ name, the barrier, the exchange of reports and outcomes) run on a dedicated gloo
 created by every rank when the trainer is built), never on the group the training thread uses: collectives of two
 threads must not interleave on one group. The commit already makes a write failure on one rank fail the save on
 every rank; :meth:`AsyncSaver.wait` adds one more exchange on that group (after joining the thread, so the group is
-idle) so that a failure known to one rank only (its rotation) is raised on every rank at the same point too. Only
-the backends whose ``caps.async_checkpoint`` is True take part: their checkpoint is trainwell's own files
-(the engines of DeepSpeed, FSDP and ZeroRedundancyOptimizer write theirs with collectives on the training group).
+idle) so that a failure known to one rank only (its rotation) is raised on every rank at the same point too.
+
+Only the backends whose ``caps.async_checkpoint`` is True take part. A backend with files of its own (FSDP's DCP
+shards) copies that state to host memory in the training thread too (``backend.async_engine_snapshot()``) and
+writes it from the saver thread with its collectives on the saver's group. DeepSpeed's engine and the
+ZeroRedundancyOptimizer write theirs synchronously with collectives on the training group: they refuse
+``async_save``.
 """
 
 from __future__ import annotations
@@ -190,21 +194,26 @@ class AsyncSaver:
         return self._thread is not None and self._thread.is_alive()
 
     def save(self, manager: "CheckpointManager", step: int, contents: "CheckpointContents", *,
-             after: Callable[[Path], None] | None = None) -> Path:
+             after: Callable[[Path], None] | None = None,
+             engine_snapshot: Callable[[], Callable[[Path, Any], None] | None] | None = None) -> Path:
         """Copy ``contents`` to host memory, start writing checkpoint ``step`` in the background; return its folder.
 
         Waits for the previous save first (raising its failure). ``after(folder)`` runs on the saver thread once
-        the checkpoint is committed (the rotation).
+        the checkpoint is committed (the rotation). ``engine_snapshot()`` (the backend's
+        ``async_engine_snapshot``) copies the engine's own state now and returns ``write(folder, group)``, which
+        the background commit calls where a synchronous save calls the backend's ``save``.
         """
         from .rng import capture_rng_state
 
         self.wait()
         frozen = freeze_contents(contents, self.copier)
         rng_state = None if contents.save_only_model else capture_rng_state()
+        write_engine = engine_snapshot() if engine_snapshot is not None else None
+        engine_save = None if write_engine is None else (lambda tmp: write_engine(tmp, self.group))
 
         def work() -> None:
             try:
-                folder = manager.save(step, frozen, rng_state=rng_state, group=self.group)
+                folder = manager.save(step, frozen, rng_state=rng_state, group=self.group, engine_save=engine_save)
                 if after is not None:
                     after(folder)
             except BaseException as err:  # noqa: B036 - kept and raised in the training thread
