@@ -11,7 +11,9 @@ when ``OUT_DIR`` holds a checkpoint. Environment:
   (a full disk, on the background thread);
 - ``FAIL_ROTATION_AT=<step>:<rank>``: that rank's rotation after ``checkpoint-<step>`` raises (a local failure);
 - ``SYNC_STEPS=<n>``: the trainer's ``preemption_sync_steps`` (how often the ranks agree on a stop or a failure);
-- ``JOIN_SAVE_AT=<n>``: before step n+1 each rank waits for its background save (so the test knows when it ended).
+- ``JOIN_SAVE_AT=<n>``: before step n+1 each rank waits for its background save (so the test knows when it ended);
+- ``TERM_AT_STEP=<step>:<rank>``: that rank sends itself SIGTERM at the end of that step (a preemption); the job
+  then prints ``RANK<r> PREEMPTED <step> <newest complete checkpoint> <saver busy>`` and writes no final weights.
 
 Each rank prints ``RANK<r> BEGIN_STEP <n>`` when training starts and ``RANK<r> CHECKPOINT_ERROR <step> <message>``
 when ``train()`` raises CheckpointError. At the end rank 0 writes ``OUT_DIR/final.safetensors``.
@@ -20,6 +22,7 @@ when ``train()`` raises CheckpointError. At the end rank 0 writes ``OUT_DIR/fina
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -66,6 +69,10 @@ class Begin(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
         if state.global_step == self.join_at:
             self.trainer._async_saver.join()
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+        if os.environ.get("TERM_AT_STEP") == f"{state.global_step}:{RANK}":
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def fail_rng_write(spec: str) -> None:
@@ -132,6 +139,12 @@ def main(out: Path, mode: str) -> None:
     except CheckpointError as err:
         print(f"RANK{RANK} CHECKPOINT_ERROR {trainer.state.global_step} {err}", flush=True)
         sys.exit(3)
+    if trainer.preempted:  # the preemption save must be committed when train() returns
+        from trainwell.checkpoint.layout import list_complete_checkpoints
+
+        newest = list_complete_checkpoints(out)[-1].name
+        print(f"RANK{RANK} PREEMPTED {trainer.state.global_step} {newest} {trainer._async_saver.busy}", flush=True)
+        return
     state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else trainer.model.state_dict()
     if RANK == 0:
         from safetensors.torch import save_file

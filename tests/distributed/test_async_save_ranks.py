@@ -3,7 +3,7 @@
 An asynchronous run writes the same checkpoints as a synchronous one; a SIGKILL of a rank during the background
 write leaves the previous checkpoint the newest valid one and the relaunch ends on the uninterrupted run's weights
 (``torch.equal``); a background write that fails on rank 1 is raised as CheckpointError on both ranks, at the same
-step. The same with FSDP2: the shards are copied to host memory in the training thread and written by DCP in the
+step; the save made on SIGTERM is committed before ``train()`` returns. The same with FSDP2: the shards are copied to host memory in the training thread and written by DCP in the
 background. ZeroRedundancyOptimizer (``sharded_ddp``), whose state is consolidated with collectives on the training
 group, refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
 """
@@ -204,6 +204,24 @@ def test_a_failure_only_rank_0_saw_is_raised_on_both_ranks(tmp_path):
     assert "rotation failed (test, rank 0)" in errors[0][1]
     assert "failed on rank(s) 0: OSError: rotation failed (test, rank 0)" in errors[1][1], errors[1][1]
     assert [p.name for p in list_complete_checkpoints(out)] == ["checkpoint-3", "checkpoint-6"]
+
+
+def test_the_preemption_save_is_committed_before_train_returns_and_resumes_bit_exactly(reference, tmp_path):
+    """SIGTERM on rank 0 at step 4; the ranks agree at every step (SYNC_STEPS=1), save checkpoint-4 in the
+    background and stop: train() returns on both ranks with it committed; the relaunch ends on the reference."""
+    out = tmp_path / "out"
+    proc = _finish(_start(out, "async", TERM_AT_STEP="4:0", SYNC_STEPS="1"))
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert set(re.findall(r"RANK\d PREEMPTED .*", log)) == {"RANK0 PREEMPTED 4 checkpoint-4 False",
+                                                             "RANK1 PREEMPTED 4 checkpoint-4 False"}, log[-4000:]
+    verify_checkpoint(out / "checkpoint-4")
+    resumed = _finish(_start(out, "async"))
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-6000:]
+    assert _begin_steps(log) == {0: 4, 1: 4}
+    want, got = _weights(reference["sync"]), _weights(out)
+    assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
 
 
 def _failed_run(out: Path, env: dict[str, str]) -> dict[int, tuple[int, str]]:
