@@ -260,8 +260,9 @@ def report_ranks(r: dict[str, float], params: int, world: int) -> None:
     """Print the blocking times measured with several ranks."""
     print(f"{world} ranks (gloo), about {params / 1e6:.0f}M parameters + AdamW on each; slowest rank, median")
     print(f"{'training blocked by a save':34s}{'seconds':>10s}")
-    for name, key in (("trainwell, synchronous", "ranks_sync"), ("async_save, first save", "ranks_async_first_blocking"),
-                      ("async_save", "ranks_async_blocking"), ("  (background commit done after)", "ranks_async_total")):
+    rows = (("trainwell, synchronous", "ranks_sync"), ("async_save, first save", "ranks_async_first_blocking"),
+            ("async_save", "ranks_async_blocking"), ("  (background commit done after)", "ranks_async_total"))
+    for name, key in rows:
         print(f"{name:34s}{r[key]:9.3f}s")
 
 

@@ -31,10 +31,9 @@ from torch import nn
 
 torch.set_num_threads(1)
 
-from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
+from trainwell import Trainer, TrainerCallback, TrainingArguments, get_last_checkpoint, set_seed  # noqa: E402
 from trainwell.checkpoint import manager as checkpoint_manager  # noqa: E402
 from trainwell.checkpoint.layout import CheckpointError  # noqa: E402
-from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))
 

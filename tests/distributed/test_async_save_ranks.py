@@ -1,11 +1,12 @@
-"""``async_save=True`` with 2 DDP ranks (torchrun, gloo, CPU): the background commit runs on its own gloo group.
+"""``async_save=True`` with 2 ranks (torchrun, gloo, CPU): the background commit runs on its own gloo group.
 
-An asynchronous run writes the same checkpoints as a synchronous one; a SIGKILL of a rank during the background
+DDP: an asynchronous run writes the same checkpoints as a synchronous one; a SIGKILL of a rank during the background
 write leaves the previous checkpoint the newest valid one and the relaunch ends on the uninterrupted run's weights
-(``torch.equal``); a background write that fails on rank 1 is raised as CheckpointError on both ranks, at the same
-step; the save made on SIGTERM is committed before ``train()`` returns. The same with FSDP2: the shards are copied to host memory in the training thread and written by DCP in the
-background. ZeroRedundancyOptimizer (``sharded_ddp``), whose state is consolidated with collectives on the training
-group, refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
+(``torch.equal``); a background write that fails on rank 1 (or a failure only rank 0 saw) is raised as
+CheckpointError on both ranks, at the same step; the save made on SIGTERM is committed before ``train()`` returns.
+FSDP2 the same: the shards are copied to host memory in the training thread and written by DCP in the background.
+ZeroRedundancyOptimizer (``sharded_ddp``), whose state is consolidated with collectives on the training group,
+refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
 """
 
 from __future__ import annotations
