@@ -11,6 +11,7 @@ write leaves the previous checkpoint as the newest valid one.
   CUDA tensors, copied with ``non_blocking`` and one synchronisation), and tensors sharing storage keep sharing it
   (tied weights are written once, as in a synchronous save). They cost host memory equal to the saved state.
 - At most one save is in flight: the next save, and :meth:`AsyncSaver.wait`, wait for the previous one.
+- A rank that does not write the shared files (``should_save=False``) copies nothing but its RNG states.
 - A failure of the background write is kept and raised in the training thread by :meth:`AsyncSaver.raise_if_failed`
   (the trainer calls it after every optimizer step) or by the next :meth:`save` / :meth:`wait`.
 
@@ -206,7 +207,11 @@ class AsyncSaver:
         from .rng import capture_rng_state
 
         self.wait()
-        frozen = freeze_contents(contents, self.copier)
+        if manager.should_save:
+            frozen = freeze_contents(contents, self.copier)
+        else:  # this rank writes only its RNG file: no host copy of a state it does not write
+            frozen = replace(contents, model_state_dict={}, optimizer=None, scheduler=None, extra={},
+                             trainer_state=None, data_state=None, processing_class=None)
         rng_state = None if contents.save_only_model else capture_rng_state()
         write_engine = engine_snapshot() if engine_snapshot is not None else None
         engine_save = None if write_engine is None else (lambda tmp: write_engine(tmp, self.group))
