@@ -263,8 +263,8 @@ class TrainingArguments:
                                         "holding types outside the safe allow-list (runs their code: only for "
                                         "checkpoints from a source you trust).")
     async_save: bool = _f(False, "trainwell only: write checkpoints in a background thread; training blocks only "
-                                 "while the state is copied to host memory (one process only; callbacks' on_save "
-                                 "runs before the files exist).")
+                                 "while the state is copied to host memory (one process, DDP or FSDP; not DeepSpeed "
+                                 "nor sharded_ddp; callbacks' on_save runs before the files exist).")
     enable_jit_checkpoint: bool = _f(False, "On SIGTERM/SIGINT, save a checkpoint even with save_strategy='no' "
                                             "(trainwell always stops gracefully and saves otherwise).")
     # --- devices and precision
