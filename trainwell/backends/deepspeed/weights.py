@@ -79,7 +79,7 @@ def _check_zero_checkpoint(checkpoint_dir: str | os.PathLike, tag: str | None) -
 
 def _check_pickles(folder: Path, tag: str | None) -> None:
     """Scan every ``*.pt`` file DeepSpeed would unpickle (the tag's folder) against the allow-list."""
-    from .checkpoint.safe_pickle import check_pickle_file
+    from ...checkpoint.safe_pickle import check_pickle_file
 
     if tag is None:
         tag = (folder / "latest").read_text(encoding="utf-8").strip()
@@ -226,7 +226,7 @@ def format_memory_table(rows: Sequence[MemoryEstimate], params: int, gpus: int, 
 # -- command line --------------------------------------------------------------------------------------------------
 def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
     """``trainwell zero-to-fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag global_stepN]``."""
-    from .cmdline import ArgParser
+    from ...cmdline import ArgParser
 
     parser = ArgParser(prog="trainwell zero-to-fp32",
                                      description="Consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file.")
@@ -244,7 +244,7 @@ def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
 
 def cmd_estimate_memory(argv: Sequence[str] | None = None) -> int:
     """``trainwell estimate-memory --params N [--gpus G --nodes K --largest-layer-params L]``."""
-    from .cmdline import ArgParser, positive_float, positive_int
+    from ...cmdline import ArgParser, positive_float, positive_int
 
     parser = ArgParser(prog="trainwell estimate-memory",
                                      description="ZeRO-2/3 memory needs for parameters, gradients, optimizer states.")
