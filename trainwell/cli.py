@@ -434,7 +434,7 @@ def _run_zero_to_fp32(argv: list[str]) -> int:
 
 
 def _run_estimate_memory(argv: list[str]) -> int:
-    from .backends.deepspeed.weights import cmd_estimate_memory
+    from .backends.deepspeed.memory_estimates import cmd_estimate_memory
 
     return cmd_estimate_memory(argv)
 

@@ -5,8 +5,9 @@
   ``is_deepspeed_zero3_enabled``). No torch, no process group: ``TrainingArguments`` uses it.
 - :mod:`.backend`: ``DeepSpeedBackend``, the engine behind trainwell's ``Backend`` interface (built by
   ``backends.registry``), and the check of DeepSpeed's checkpoint files before a resume.
-- :mod:`.weights`: getting the weights out of ZeRO checkpoints (``zero_to_fp32``) and ZeRO memory estimates, with the
-  ``trainwell zero-to-fp32`` / ``estimate-memory`` commands.
+- :mod:`.weights`: getting the weights out of ZeRO checkpoints (``zero_to_fp32``, ``trainwell zero-to-fp32``).
+- :mod:`.memory_estimates`: ZeRO-2/3 memory needs per CPU and GPU (``estimate_zero_memory``,
+  ``trainwell estimate-memory``).
 
 Every public name of these modules can be imported from this package; they are resolved lazily, so that importing
 the config does not import the engine. ``trainwell.deepspeed_config`` and ``trainwell.zero``, the former homes of
@@ -23,9 +24,10 @@ _MODULES = {
                "infer_hidden_size", "is_deepspeed_zero3_enabled", "load_deepspeed_config", "remaining_auto_keys",
                "resolve_deepspeed_config", "set_deepspeed_config", "unset_deepspeed_config"),
     "backend": ("DeepSpeedBackend", "check_deepspeed_files", "ensure_process_group", "import_deepspeed"),
-    "weights": ("MemoryEstimate", "cmd_estimate_memory", "cmd_zero_to_fp32", "estimate_zero_memory",
-                "estimate_zero_memory_for_model", "format_memory_table", "get_fp32_state_dict_from_zero_checkpoint",
-                "load_state_dict_from_zero_checkpoint", "zero_to_fp32"),
+    "weights": ("cmd_zero_to_fp32", "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint",
+                "zero_to_fp32"),
+    "memory_estimates": ("BUFFER_FACTOR", "MemoryEstimate", "cmd_estimate_memory", "estimate_zero_memory",
+                         "estimate_zero_memory_for_model", "format_memory_table"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
