@@ -1,4 +1,4 @@
-"""DeepSpeed, in one package: each module holds one part, and only ``backend`` imports ``deepspeed`` (when used).
+"""DeepSpeed, in one package: one module per part; ``deepspeed`` itself is imported only by the functions using it.
 
 - :mod:`.config`: the DeepSpeed config as pure data: loading, ``"auto"`` values filled from ``TrainingArguments``,
   mismatch detection, the live ZeRO-3 flag (``DeepSpeedConfig``, alias ``HfDeepSpeedConfig``,
@@ -11,7 +11,7 @@
 
 Every public name of these modules can be imported from this package; they are resolved lazily, so that importing
 the config does not import the engine. ``trainwell.deepspeed_config`` and ``trainwell.zero``, the former homes of
-the config and the weights helpers, re-export the same objects.
+the config and of the ZeRO helpers, re-export the same objects.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _GIB = 2 ** 30
 BUFFER_FACTOR = 1.5  # DeepSpeed's additional_buffer_factor for CPU memory
 
+
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Memory for parameters, gradients and optimizer states of one ZeRO setup (no activations or buffers)."""
