@@ -610,7 +610,7 @@ class TrainingArguments:
         if self.deepspeed is not None and self.fsdp:
             raise ValueError("fsdp and deepspeed are both set; use one sharding backend.")
         if self.deepspeed is not None:
-            from .deepspeed_config import DeepSpeedConfig
+            from .backends.deepspeed.config import DeepSpeedConfig
 
             # As upstream: the config lives as long as these arguments, so is_deepspeed_zero3_enabled() (ours and
             # transformers') is True from here on and from_pretrained builds a ZeRO-3 model partitioned.
