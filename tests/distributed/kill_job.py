@@ -1,11 +1,14 @@
 """The 2-rank job that ``test_kill_resume.py`` kills and relaunches (``torchrun --nproc_per_node=2``, gloo, CPU).
 
-Usage: ``kill_job.py OUT_DIR BACKEND`` with BACKEND ``ddp``, ``fsdp`` or ``zero2``. The job trains a dropout MLP for
-12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with ``resume_from_checkpoint=True``
-whenever ``OUT_DIR`` holds a complete checkpoint (the requeue idiom). Kills:
+Usage: ``kill_job.py OUT_DIR BACKEND`` with BACKEND ``ddp``, ``fsdp``, ``zero2`` or ``zero3``. The job trains a
+dropout MLP for 12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with
+``resume_from_checkpoint=True`` whenever ``OUT_DIR`` holds a complete checkpoint (the requeue idiom). Kills:
 
 - ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>``: trainwell's test hook inside the save (checkpoint/commit.py);
-- ``KILL_JOB_AT_STEP=<step>:<rank>``: SIGKILL that rank at the end of that optimizer step (between saves).
+- ``KILL_JOB_AT_STEP=<step>:<rank>``: SIGKILL that rank at the end of that optimizer step (between saves);
+- ``KILL_JOB_IN_ENGINE_SAVE=<name>:<step>:<rank>``: SIGKILL that rank inside DeepSpeed's own
+  ``engine.save_checkpoint`` of ``checkpoint-<step>``, right after DeepSpeed wrote that rank's file whose name
+  contains ``<name>`` (``model_states``: its optimizer shard and ``latest`` are not written yet).
 
 When training ends, rank 0 writes ``OUT_DIR/final.safetensors`` (the consolidated weights) and ``OUT_DIR/result.json``
 (``resumed_from``, ``global_step``).
@@ -75,18 +78,39 @@ class KillAtStep(TrainerCallback):
         return control
 
 
+def kill_in_engine_save() -> None:
+    """Arm ``KILL_JOB_IN_ENGINE_SAVE`` (see the module docstring) on DeepSpeed's checkpoint engine of this rank."""
+    spec = os.environ.get("KILL_JOB_IN_ENGINE_SAVE", "")
+    if not spec:
+        return
+    name, step, rank = spec.split(":")
+    if int(rank) != RANK:
+        return
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    save = TorchCheckpointEngine.save
+
+    def save_then_kill(self, state_dict, path: str) -> None:
+        save(self, state_dict, path)
+        if f"global_step{step}{os.sep}" in path and name in os.path.basename(path):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    TorchCheckpointEngine.save = save_then_kill
+
+
 def backend_args(name: str) -> dict:
     if name == "fsdp":
         return {"fsdp": "full_shard"}
-    if name == "zero2":
+    if name in ("zero2", "zero3"):
         return {"deepspeed": {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
                               "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": 2}},
+                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": int(name[-1])}},
                 "ddp_backend": "gloo"}
     return {}
 
 
 def main(out: Path, backend: str) -> None:
+    kill_in_engine_save()
     set_seed(0)
     args = TrainingArguments(
         output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, num_train_epochs=2, learning_rate=0.05,

@@ -27,16 +27,27 @@ JOB = Path(__file__).with_name("kill_job.py")
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 400
 
-# (environment variable, value) per kill; phases: files, engine, marker, rename, renamed (commit.py's docstring).
+KILL_AT = "TRAINWELL_TEST_KILL_AT"
+IN_ENGINE = "KILL_JOB_IN_ENGINE_SAVE"  # inside DeepSpeed's engine.save_checkpoint, after the named file (kill_job.py)
+# (environment variable, value) per kill; the value ends with the killed rank. Phases: files, engine, marker, rename,
+# renamed (commit.py's docstring); rename and renamed run on the saving rank (0) only.
 CHAINS = {
-    "ddp": [("KILL_JOB_AT_STEP", "4:1"), ("TRAINWELL_TEST_KILL_AT", "files:6:1"),
-            ("TRAINWELL_TEST_KILL_AT", "rename:9:0")],
-    "fsdp": [("TRAINWELL_TEST_KILL_AT", "engine:6:1"), ("TRAINWELL_TEST_KILL_AT", "marker:9:1")],
+    "ddp": [("KILL_JOB_AT_STEP", "4:1"), (KILL_AT, "files:6:1"), (KILL_AT, "rename:9:0")],
+    # every phase on every rank that runs it (files, engine, marker: both ranks; rename, renamed: rank 0), e.g. one
+    # rank dies before DCP's save while the other is inside it, or the marker is written but not renamed into place
+    "fsdp": [(KILL_AT, "files:3:0"), (KILL_AT, "files:3:1"), (KILL_AT, "rename:3:0"), (KILL_AT, "engine:6:1"),
+             (KILL_AT, "renamed:6:0"), (KILL_AT, "engine:9:0"), (KILL_AT, "marker:9:1"), (KILL_AT, "marker:12:0")],
     # rank 1 dies before its engine files while rank 0 is inside engine.save_checkpoint (the old 'latest' bug)
-    "zero2": [("TRAINWELL_TEST_KILL_AT", "files:3:1"), ("TRAINWELL_TEST_KILL_AT", "renamed:6:0"),
-              ("TRAINWELL_TEST_KILL_AT", "marker:9:0")],
+    "zero2": [(KILL_AT, "files:3:1"), (KILL_AT, "renamed:6:0"), (KILL_AT, "marker:9:0")],
+    # ZeRO-3 (sharded parameters): rank 1 dies inside DeepSpeed's own write, its model states written but not its
+    # optimizer shard, while rank 0 writes 'latest'; then in trainwell's files, before the marker, before the rename
+    "zero3": [(IN_ENGINE, "model_states:3:1"), (KILL_AT, "files:6:0"), (KILL_AT, "rename:9:0"),
+              (KILL_AT, "marker:12:1")],
 }
-ENGINE_FILES = {"ddp": [], "fsdp": ["fsdp_state/.metadata"], "zero2": ["latest"]}
+# the engine's files each complete checkpoint-<step> must list ({step}: its step)
+ZERO3_SHARDS = [f"global_step{{step}}/zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt"
+                for r in (0, 1) for kind in ("model", "optim")]
+ENGINE_FILES = {"ddp": [], "fsdp": ["fsdp_state/.metadata"], "zero2": ["latest"], "zero3": ["latest", *ZERO3_SHARDS]}
 
 
 def _free_port() -> int:
@@ -57,7 +68,7 @@ def _launch(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess
 
 
 def _start(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT", "RANK",
+    env = {k: v for k, v in os.environ.items() if k not in ("KILL_JOB_AT_STEP", KILL_AT, IN_ENGINE, "RANK",
                                                              "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1",
                DS_ACCELERATOR="cpu")
@@ -102,8 +113,9 @@ def _check_checkpoints(out: Path, backend: str) -> None:
     manager = CheckpointManager(out)
     for folder in list_complete_checkpoints(out):
         listed = marker_files(folder)
+        step = folder.name.rsplit("-", 1)[1]
         for name in ["rng_state_0.pth", "rng_state_1.pth", "model.safetensors", *ENGINE_FILES[backend]]:
-            assert name in listed, f"{folder}: {name} missing from the marker"
+            assert name.format(step=step) in listed, f"{folder}: {name.format(step=step)} missing from the marker"
         manager.verify(folder)  # sizes, checksums, pickle allow-list
     unmarked = [p for p in out.iterdir() if is_checkpoint_name(p.name) is not None
                 and p not in list_complete_checkpoints(out)]
@@ -112,14 +124,15 @@ def _check_checkpoints(out: Path, backend: str) -> None:
 
 @pytest.mark.parametrize("backend", list(CHAINS))
 def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
-    if backend == "zero2":
+    if backend in ("zero2", "zero3"):
         pytest.importorskip("deepspeed")
     reference = _start(tmp_path / "reference", backend, None)  # runs beside the first killed launch
     out = tmp_path / "killed"
-    for kill in CHAINS[backend]:
+    for i, kill in enumerate(CHAINS[backend]):
         allowed = _resume_steps(out)
         proc = _launch(out, backend, kill)
         log = proc.stdout + proc.stderr
+        (tmp_path / f"launch-{i}.log").write_text(log)  # for a post-mortem of a failure
         killed_rank = kill[1].rsplit(":", 1)[1]
         # the intended rank died of its SIGKILL (not of a crash at resume: that would be a crash loop)
         assert proc.returncode != 0 and f"(exitcode: -9) local_rank: {killed_rank}" in log, f"{kill}:\n{log[-4000:]}"
@@ -141,3 +154,11 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
     assert sorted(got) == sorted(want)
     for name, tensor in want.items():
         assert torch.equal(got[name], tensor), name
+    if backend == "zero3":  # and the fp32 master weights DeepSpeed's last checkpoint holds, consolidated
+        from trainwell.zero import get_fp32_state_dict_from_zero_checkpoint
+
+        want, got = (get_fp32_state_dict_from_zero_checkpoint(run / "checkpoint-12")
+                     for run in (tmp_path / "reference", out))
+        assert sorted(got) == sorted(want) == sorted(_weights(out))
+        for name, tensor in want.items():
+            assert tensor.dtype == torch.float32 and torch.equal(got[name], tensor), name
