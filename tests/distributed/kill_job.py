@@ -10,6 +10,9 @@ dropout MLP for 12 optimizer steps (2 epochs of 6, shuffled), saving every 3 ste
   ``engine.save_checkpoint`` of ``checkpoint-<step>``, right after DeepSpeed wrote that rank's file whose name
   contains ``<name>`` (``model_states``: its optimizer shard and ``latest`` are not written yet).
 
+``KILL_JOB_RESUME=auto`` resumes with ``resume_from_checkpoint="auto"`` instead; ``KILL_JOB_SLOW_CLEANUP=<seconds>``
+delays rank 0's clean-up of interrupted saves (see :func:`slow_cleanup`).
+
 When training ends, rank 0 writes ``OUT_DIR/final.safetensors`` (the consolidated weights) and ``OUT_DIR/result.json``
 (``resumed_from``, ``global_step``).
 """
@@ -98,6 +101,25 @@ def kill_in_engine_save() -> None:
     TorchCheckpointEngine.save = save_then_kill
 
 
+def slow_cleanup() -> None:
+    """``KILL_JOB_SLOW_CLEANUP=<seconds>``: rank 0 waits that long before it promotes or removes the folders of
+    interrupted saves at the start of ``train()`` (a slow file system), so that rank 1 lists the checkpoints first."""
+    delay = float(os.environ.get("KILL_JOB_SLOW_CLEANUP", "0"))
+    if not delay or RANK != 0:
+        return
+    import time
+
+    from trainwell.checkpoint import layout
+
+    recover = layout._recover_interrupted_replace
+
+    def slow_recover(root: Path) -> list[Path]:
+        time.sleep(delay)
+        return recover(root)
+
+    layout._recover_interrupted_replace = slow_recover
+
+
 def backend_args(name: str) -> dict:
     if name == "fsdp":
         return {"fsdp": "full_shard"}
@@ -111,14 +133,20 @@ def backend_args(name: str) -> dict:
 
 def main(out: Path, backend: str) -> None:
     kill_in_engine_save()
+    slow_cleanup()
     set_seed(0)
     args = TrainingArguments(
         output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, num_train_epochs=2, learning_rate=0.05,
         warmup_steps=2, logging_steps=1, save_strategy="steps", save_steps=3, seed=0, report_to="none",
         disable_tqdm=True, max_grad_norm=1.0, **backend_args(backend))
     trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=make_data(), callbacks=[KillAtStep()])
-    resume = get_last_checkpoint(str(out)) is not None
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    last = get_last_checkpoint(str(out))
+    print(f"RANK{RANK} LAST_CHECKPOINT {last and Path(last).name}", flush=True)
+    resume = last is not None
+    if os.environ.get("KILL_JOB_RESUME") == "auto":
+        trainer.train(resume_from_checkpoint="auto")
+    else:
+        trainer.train(resume_from_checkpoint=True if resume else None)
     state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else None
     state = state if state is not None else trainer.model.state_dict()
     if RANK == 0:

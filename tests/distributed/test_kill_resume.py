@@ -56,8 +56,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _launch(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess.CompletedProcess:
-    proc = _start(out, backend, kill)
+def _launch(out: Path, backend: str, kill: tuple[str, str] | None,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    proc = _start(out, backend, kill, extra_env)
     try:
         stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -67,13 +68,15 @@ def _launch(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-def _start(out: Path, backend: str, kill: tuple[str, str] | None) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("KILL_JOB_AT_STEP", KILL_AT, IN_ENGINE, "RANK",
-                                                             "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+def _start(out: Path, backend: str, kill: tuple[str, str] | None,
+           extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILL_JOB_") and k not in (
+        KILL_AT, "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1",
                DS_ACCELERATOR="cpu")
     if kill is not None:
         env[kill[0]] = kill[1]
+    env.update(extra_env or {})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
            "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB), str(out), backend]
     return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -162,3 +165,19 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
         assert sorted(got) == sorted(want) == sorted(_weights(out))
         for name, tensor in want.items():
             assert tensor.dtype == torch.float32 and torch.equal(got[name], tensor), name
+
+
+def test_every_rank_resumes_from_the_save_promoted_at_start(tmp_path):
+    """A save killed between its marker and its rename is the only checkpoint; at the next ``train()`` the saving
+    rank promotes it into place (slowly here: ``KILL_JOB_SLOW_CLEANUP``) while the other rank decides where to
+    resume (``resume_from_checkpoint="auto"``): both must wait for the promotion and resume from it (before the
+    fix rank 1 started from scratch while rank 0 resumed, and the two hung in mismatched collectives)."""
+    out = tmp_path / "out"
+    killed = _launch(out, "ddp", (KILL_AT, "rename:3:0"))
+    assert killed.returncode != 0 and "(exitcode: -9) local_rank: 0" in killed.stdout + killed.stderr
+    assert _resume_steps(out) == {0, 3} and not list(out.glob("checkpoint-*"))
+    final = _launch(out, "ddp", None, {"KILL_JOB_RESUME": "auto", "KILL_JOB_SLOW_CLEANUP": "3"})
+    log = final.stdout + final.stderr
+    assert final.returncode == 0, log[-6000:]
+    assert _begin_steps(log) == {0: 3, 1: 3}, log[-6000:]
+    assert (out / "final.safetensors").is_file() and [p.name for p in out.glob(".tmp-*")] == []
