@@ -1,13 +1,16 @@
-"""SIGKILL one of 2 ranks (DDP, FSDP2, DeepSpeed ZeRO-2) at fixed points, inside every phase of the save and between
-saves, relaunch with ``resume_from_checkpoint=True`` each time: the run ends with the weights of the uninterrupted run.
+"""SIGKILL one of 2 ranks (DDP, FSDP2, DeepSpeed ZeRO-2 and ZeRO-3) at fixed points, inside every phase of the save
+and between saves, relaunch with ``resume_from_checkpoint=True`` each time: the run ends with the weights of the
+uninterrupted run.
 
 Each backend runs a chain: a launch killed at the first point, a relaunch (resuming) killed at the next one, ..., and
 a last relaunch that finishes. The save-phase kills use trainwell's test hook ``TRAINWELL_TEST_KILL_AT`` (see
-``trainwell/checkpoint/commit.py``); the others a callback of ``kill_job.py``. After every kill each complete
+``trainwell/checkpoint/commit.py``); the others ``kill_job.py`` (a callback between saves, a wrapper of DeepSpeed's
+checkpoint engine inside ``engine.save_checkpoint``). After every kill each complete
 checkpoint is checked: its marker lists every rank's RNG file and the engine's files, and every file matches its
 recorded size and checksum. The comparison is ``torch.equal``: on the CPU every backend resumes bit for bit
 (DeepSpeed included: its optimizer state, loss scale and schedule come from its own checkpoint, and the data order
-and the RNG streams from trainwell's), so a silently fresh optimizer or a lost RNG stream fails the test.
+and the RNG streams from trainwell's), so a silently fresh optimizer or a lost RNG stream fails the test. ZeRO-3
+also compares the consolidated fp32 weights of the last checkpoint's ZeRO shards.
 """
 
 from __future__ import annotations
