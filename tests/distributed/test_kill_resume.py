@@ -42,10 +42,11 @@ CHAINS = {
              (KILL_AT, "renamed:6:0"), (KILL_AT, "engine:9:0"), (KILL_AT, "marker:9:1"), (KILL_AT, "marker:12:0")],
     # rank 1 dies before its engine files while rank 0 is inside engine.save_checkpoint (the old 'latest' bug)
     "zero2": [(KILL_AT, "files:3:1"), (KILL_AT, "renamed:6:0"), (KILL_AT, "marker:9:0")],
-    # ZeRO-3 (sharded parameters): rank 1 dies inside DeepSpeed's own write, its model states written but not its
-    # optimizer shard, while rank 0 writes 'latest'; then in trainwell's files, before the marker, before the rename
-    "zero3": [(IN_ENGINE, "model_states:3:1"), (KILL_AT, "files:6:0"), (KILL_AT, "rename:9:0"),
-              (KILL_AT, "marker:12:1")],
+    # ZeRO-3 (sharded parameters): inside DeepSpeed's own write, rank 1 with its model states written but not its
+    # optimizer shard (rank 0 writes 'latest' meanwhile), rank 0 with its shard written but not 'latest'; then in
+    # trainwell's files, before the rename, before the marker
+    "zero3": [(IN_ENGINE, "model_states:3:1"), (IN_ENGINE, "optim_states:3:0"), (KILL_AT, "files:6:0"),
+              (KILL_AT, "rename:9:0"), (KILL_AT, "marker:12:1")],
 }
 # the engine's files each complete checkpoint-<step> must list ({step}: its step)
 ZERO3_SHARDS = [f"global_step{{step}}/zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt"
@@ -128,6 +129,19 @@ def _check_checkpoints(out: Path, backend: str) -> None:
     assert unmarked == [], unmarked  # a kill leaves at most a .tmp- folder, never an unmarked checkpoint-*
 
 
+def _check_partial_engine_folder(out: Path, spec: str) -> None:
+    """A kill inside DeepSpeed's write (``<file>:<step>:<rank>``) left the temporary folder with that rank's file
+    but without the marker (so no relaunch uses it), and without ``latest`` when rank 0 (its writer) died."""
+    from trainwell.checkpoint.layout import COMPLETE_MARKER
+
+    name, step, rank = spec.split(":")
+    folders = [p for p in out.glob(f".tmp-checkpoint-{step}-*")
+               if (p / f"global_step{step}" / f"zero_pp_rank_{rank}_mp_rank_00_{name}.pt").is_file()]
+    assert len(folders) == 1, sorted(p.name for p in out.iterdir())
+    assert not (folders[0] / COMPLETE_MARKER).exists()
+    assert rank != "0" or not (folders[0] / "latest").exists()
+
+
 @pytest.mark.parametrize("backend", list(CHAINS))
 def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
     if backend in ("zero2", "zero3"):
@@ -147,6 +161,8 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
         assert begin[0] in allowed, (kill, begin, allowed)
         assert not (out / "final.safetensors").exists()
         _check_checkpoints(out, backend)
+        if kill[0] == IN_ENGINE:
+            _check_partial_engine_folder(out, kill[1])
     _, ref_err = reference.communicate(timeout=TIMEOUT_S)
     assert reference.returncode == 0, ref_err[-4000:]
     allowed = _resume_steps(out)
