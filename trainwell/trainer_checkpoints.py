@@ -100,6 +100,7 @@ class TrainerCheckpointing:
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
                                    [str(p) for p in removed])
+            self._wait_for_cleanup()
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self._resume_with_fallback = resume_from_checkpoint is True
             folder = self._checkpoints.resolve_resume(resume_from_checkpoint)
@@ -108,6 +109,15 @@ class TrainerCheckpointing:
             raise
         self._warn_foreign_checkpoints(folder)
         return folder
+
+    def _wait_for_cleanup(self) -> None:
+        """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder
+        into place (the newest checkpoint), which every rank must see when it decides where to resume."""
+        if self.args.world_size > 1:
+            from .distributed import barrier, is_dist
+
+            if is_dist():
+                barrier()
 
     def _resolve_auto(self, resume_from_checkpoint: str | bool | None) -> str | bool | None:
         """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh).
