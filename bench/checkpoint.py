@@ -17,10 +17,16 @@ Blocking time (how long training stops for a save), same run: trainwell's synchr
 and the upstream ``transformers.Trainer._save_checkpoint`` of the same model, optimizer and scheduler (upstream
 writes without fsync). ``--no-upstream`` skips the upstream part.
 
+Several processes (launched with ``torchrun --nproc_per_node=N``, gloo): every rank holds the same state (DDP) and
+only the blocking time is measured: a synchronous save (rank 0 writes the shared files, every rank its RNG file,
+the commit's collectives on the training group) against ``async_save`` (the copy to host memory; the commit on the
+saver's own gloo group in a background thread), the slowest rank's time per save.
+
 Usage::
 
     python bench/checkpoint.py                  # ~100M parameters (0.4 GB of weights, 1.2 GB with AdamW)
     python bench/checkpoint.py --params 5e6 --repeats 2
+    torchrun --nproc_per_node=2 bench/checkpoint.py --params 5e7 --repeats 3   # blocking time on 2 ranks
 """
 
 from __future__ import annotations
@@ -212,6 +218,76 @@ def report(r: dict[str, float]) -> None:
     print(f"{'async_save host buffers':34s}{r['async_host_bytes'] / 1e9:9.2f}GB")
 
 
+def run_ranks(params: int, hidden: int, repeats: int, workdir: Path) -> dict[str, float] | None:
+    """Blocking time per save on every rank of the launched process group (DDP: the same state everywhere).
+
+    Returns the slowest rank's medians on rank 0 (None on the others).
+    """
+    import torch.distributed as dist
+
+    from trainwell.checkpoint.async_save import AsyncSaver, new_saver_group
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, optimizer, scheduler = build_state(params, hidden)
+    manager = CheckpointManager(workdir / "tw", rank=rank, world_size=world, should_save=rank == 0)
+    contents = CheckpointContents(model=model, optimizer=optimizer, scheduler=scheduler)
+    folder = manager.checkpoint_dir(1)
+
+    def remove() -> None:
+        dist.barrier()
+        if rank == 0:
+            shutil.rmtree(folder)
+        dist.barrier()
+
+    sync = timed(lambda: manager.save(1, contents), repeats, cleanup=remove)
+    saver, blocking, total = AsyncSaver(group=new_saver_group()), [], []
+    for _ in range(repeats + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        saver.save(manager, 1, contents)
+        blocking.append(time.perf_counter() - start)
+        saver.wait()
+        total.append(time.perf_counter() - start)
+        remove()
+    mine = {"ranks_sync": sync, "ranks_async_first_blocking": blocking[0],
+            "ranks_async_blocking": statistics.median(blocking[1:]), "ranks_async_total": statistics.median(total[1:])}
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    return {key: max(r[key] for r in every) for key in mine} if rank == 0 else None
+
+
+def report_ranks(r: dict[str, float], params: int, world: int) -> None:
+    """Print the blocking times measured with several ranks."""
+    print(f"{world} ranks (gloo), about {params / 1e6:.0f}M parameters + AdamW on each; slowest rank, median")
+    print(f"{'training blocked by a save':34s}{'seconds':>10s}")
+    rows = (("trainwell, synchronous", "ranks_sync"), ("async_save, first save", "ranks_async_first_blocking"),
+            ("async_save", "ranks_async_blocking"), ("  (background commit done after)", "ranks_async_total"))
+    for name, key in rows:
+        print(f"{name:34s}{r[key]:9.3f}s")
+
+
+def main_ranks(options: argparse.Namespace) -> int:
+    """The several-process measurement (under torchrun): a shared temporary folder named by rank 0."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        tmp = tempfile.mkdtemp(dir=options.dir, prefix="bench-checkpoint-") if dist.get_rank() == 0 else None
+        shared = [tmp]
+        dist.broadcast_object_list(shared, src=0)
+        try:
+            result = run_ranks(int(options.params), options.hidden, options.repeats, Path(shared[0]))
+        finally:
+            dist.barrier()
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if result is not None:
+            report_ranks(result, int(options.params), dist.get_world_size())
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the options, run the benchmark in a temporary folder (or ``--dir``), print the results."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -223,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.params < 1 or options.repeats < 1:
         parser.error("--params and --repeats must be positive")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        torch.set_num_threads(1)
+        return main_ranks(options)
     torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     with tempfile.TemporaryDirectory(dir=options.dir, prefix="bench-checkpoint-") as tmp:
         report(run(int(options.params), options.hidden, options.repeats, Path(tmp), not options.no_upstream))

@@ -56,7 +56,7 @@ _EXPORTS: dict[str, str] = {
     "PredictionOutput": "trainer_utils",
     "set_seed": "trainer_utils",
     "enable_full_determinism": "trainer_utils",
-    "get_last_checkpoint": "trainer_utils",
+    "get_last_checkpoint": "checkpoint.layout",
     # data
     "default_data_collator": "data.collators",
     "DataCollatorWithPadding": "data.collators",
@@ -72,8 +72,8 @@ _EXPORTS: dict[str, str] = {
     "get_constant_schedule_with_warmup": "schedules",
     "Adafactor": "optim",
     # DeepSpeed outside the Trainer (seed 001's non-Trainer integration)
-    "HfDeepSpeedConfig": "deepspeed_config",
-    "is_deepspeed_zero3_enabled": "deepspeed_config",
+    "HfDeepSpeedConfig": "backends.deepspeed.config",
+    "is_deepspeed_zero3_enabled": "backends.deepspeed.config",
 }
 
 __all__ = sorted(_EXPORTS)

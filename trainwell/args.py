@@ -263,8 +263,8 @@ class TrainingArguments:
                                         "holding types outside the safe allow-list (runs their code: only for "
                                         "checkpoints from a source you trust).")
     async_save: bool = _f(False, "trainwell only: write checkpoints in a background thread; training blocks only "
-                                 "while the state is copied to host memory (one process only; callbacks' on_save "
-                                 "runs before the files exist).")
+                                 "while the state is copied to host memory (one process, DDP or FSDP; not DeepSpeed "
+                                 "nor sharded_ddp; callbacks' on_save runs before the files exist).")
     enable_jit_checkpoint: bool = _f(False, "On SIGTERM/SIGINT, save a checkpoint even with save_strategy='no' "
                                             "(trainwell always stops gracefully and saves otherwise).")
     # --- devices and precision
@@ -610,7 +610,7 @@ class TrainingArguments:
         if self.deepspeed is not None and self.fsdp:
             raise ValueError("fsdp and deepspeed are both set; use one sharding backend.")
         if self.deepspeed is not None:
-            from .deepspeed_config import DeepSpeedConfig
+            from .backends.deepspeed.config import DeepSpeedConfig
 
             # As upstream: the config lives as long as these arguments, so is_deepspeed_zero3_enabled() (ours and
             # transformers') is True from here on and from_pretrained builds a ZeRO-3 model partitioned.

@@ -256,7 +256,7 @@ def check_deepspeed_config(args: Any) -> None:
     (the values that depend on the model or the dataset's length are checked again when the engine is built)."""
     if not getattr(args, "deepspeed", None):
         return
-    from .deepspeed_config import resolve_deepspeed_config
+    from .backends.deepspeed.config import resolve_deepspeed_config
 
     steps = args.max_steps if args.max_steps and args.max_steps > 0 else None
     try:
@@ -336,7 +336,7 @@ def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
     """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
     import shlex
 
-    from .trainer_utils import get_last_checkpoint
+    from .checkpoint.layout import get_last_checkpoint
 
     signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
     kept: list[str] = []
@@ -375,7 +375,7 @@ def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, An
     """The ``(label, value)`` rows of the end-of-run summary."""
     import math
 
-    from .trainer_utils import get_last_checkpoint
+    from .checkpoint.layout import get_last_checkpoint
 
     metrics = result.metrics
     rows = [("recipe", recipe.name), ("steps", str(result.global_step)),
@@ -428,13 +428,13 @@ add_subcommand("train", "train the built-in recipe or a YAML recipe (any Trainin
 
 
 def _run_zero_to_fp32(argv: list[str]) -> int:
-    from .zero import cmd_zero_to_fp32
+    from .backends.deepspeed.weights import cmd_zero_to_fp32
 
     return cmd_zero_to_fp32(argv)
 
 
 def _run_estimate_memory(argv: list[str]) -> int:
-    from .zero import cmd_estimate_memory
+    from .backends.deepspeed.memory_estimates import cmd_estimate_memory
 
     return cmd_estimate_memory(argv)
 

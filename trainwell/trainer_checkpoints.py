@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from .backends.single import SingleDeviceBackend
 from .checkpoint.async_save import AsyncSaver
 from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints,
                                 list_resumable_checkpoints)
@@ -55,12 +54,23 @@ class TrainerCheckpointing:
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
         self._async_saver: AsyncSaver | None = None
         if getattr(args, "async_save", False):
-            if args.world_size > 1 or type(self.backend) is not SingleDeviceBackend:
-                raise ValueError(
-                    f"async_save=True needs a single process with a plain model (here world_size={args.world_size}, "
-                    f"backend {type(self.backend).__name__}): the background commit would run collectives next to "
-                    "training's, and engines (DeepSpeed, FSDP) write their own files; set async_save=False")
-            self._async_saver = AsyncSaver()
+            self._async_saver = self._new_async_saver()
+
+    def _new_async_saver(self) -> AsyncSaver:
+        """The saver of ``async_save=True``, with its own gloo group when several processes train (a collective)."""
+        if not self.backend.caps.async_checkpoint:
+            raise ValueError(
+                f"async_save=True is not supported by the {type(self.backend).__name__} backend: its checkpoint is "
+                "written by an engine (DeepSpeed's save_checkpoint, the ZeroRedundancyOptimizer state of "
+                "sharded_ddp) synchronously, with collectives on the training process group, so it cannot run in "
+                "a background thread; set async_save=False (one process, DDP and FSDP support it)")
+        from .distributed import is_dist
+
+        if self.args.world_size > 1 and is_dist():
+            from .checkpoint.async_save import new_saver_group
+
+            return AsyncSaver(group=new_saver_group(timeout_s=getattr(self.args, "ddp_timeout", None)))
+        return AsyncSaver()
 
     def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it."""
@@ -90,6 +100,7 @@ class TrainerCheckpointing:
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
                                    [str(p) for p in removed])
+            self._wait_for_cleanup()
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self._resume_with_fallback = resume_from_checkpoint is True
             folder = self._checkpoints.resolve_resume(resume_from_checkpoint)
@@ -98,6 +109,15 @@ class TrainerCheckpointing:
             raise
         self._warn_foreign_checkpoints(folder)
         return folder
+
+    def _wait_for_cleanup(self) -> None:
+        """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder
+        into place (the newest checkpoint), which every rank must see when it decides where to resume."""
+        if self.args.world_size > 1:
+            from .distributed import barrier, is_dist
+
+            if is_dist():
+                barrier()
 
     def _resolve_auto(self, resume_from_checkpoint: str | bool | None) -> str | bool | None:
         """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh).
@@ -285,7 +305,8 @@ class TrainerCheckpointing:
         if self._async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
             best = self.state.best_model_checkpoint
             folder = self._async_saver.save(self._checkpoints, step, self._contents(tr_loss=tr_loss),
-                                            after=lambda _: self._checkpoints.rotate(best_model_checkpoint=best))
+                                            after=lambda _: self._checkpoints.rotate(best_model_checkpoint=best),
+                                            engine_snapshot=self.backend.async_engine_snapshot)
             self._last_checkpoint = folder
             if self.args.push_to_hub:  # the push reads the checkpoint: wait until it is committed
                 self._async_saver.wait()
@@ -325,7 +346,19 @@ class TrainerCheckpointing:
             return guard.requested
         if self.state.global_step % max(1, self.preemption_sync_steps):
             return False
-        return guard.requested_on_any_rank(self.args.device)
+        saver = self._async_saver
+        if saver is None or saver.group is None:
+            return guard.requested_on_any_rank(self.args.device)
+        # async_save with several ranks: the same all-reduce tells every rank, at the same step, that a background
+        # save failed somewhere; all then raise it together (wait() agrees on the saver's own group).
+        import torch.distributed as dist
+
+        flags = torch.tensor([int(guard.requested), int(saver.failed)], dtype=torch.int32, device=self.args.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        requested, failed = flags.tolist()
+        if failed:
+            saver.wait()
+        return bool(requested)
 
     def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """Called after each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True.
@@ -334,8 +367,9 @@ class TrainerCheckpointing:
         ``enable_jit_checkpoint``, upstream's preemption switch, asks for it). Sets
         ``self.preempted`` and ``control.should_training_stop``; the loop then ends without finishing the epoch.
         """
-        if self._async_saver is not None:  # a failed background save surfaces at the next step
-            self._async_saver.raise_if_failed()
+        saver = self._async_saver
+        if saver is not None and saver.group is None:  # a failed background save surfaces at the next step
+            saver.raise_if_failed()
         if self.control.should_training_stop or not self._preemption_requested():
             return False
         step = self.state.global_step

@@ -1,4 +1,4 @@
-"""Small shared types of the public API: strategy enums, result tuples, seeding and checkpoint discovery.
+"""Small shared types of the public API: strategy enums, result tuples, seeding and checkpoint names.
 
 Kept free of heavy imports (numpy/torch are imported inside the functions that need them) so that
 ``import trainwell`` stays fast.
@@ -246,18 +246,6 @@ def seed_worker(worker_id: int) -> None:
     random.seed(worker_seed)
 
 
-def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
-    """Path of the ``checkpoint-<step>`` sub-folder of ``folder`` with the highest step, or None.
-
-    trainwell's folders in the middle of being written (``.tmp-checkpoint-*``) are skipped; a ``checkpoint-<step>``
-    folder written by another tool (the upstream Trainer) counts, as upstream. See :mod:`trainwell.checkpoint`.
-    """
-    from .checkpoint.layout import list_resumable_checkpoints
-
-    found = list_resumable_checkpoints(folder)
-    return str(found[-1]) if found else None
-
-
 def is_checkpoint_name(name: str) -> int | None:
     """The step of a ``checkpoint-<step>`` folder name, or None for any other name."""
     match = _re_checkpoint.match(name)
@@ -268,6 +256,7 @@ def is_checkpoint_name(name: str) -> int | None:
 # (PEP 562) so that ``from trainwell.trainer_utils import HPSearchBackend`` ports unchanged and this module stays the
 # bottom layer at import time.
 _ELSEWHERE = {
+    "get_last_checkpoint": "checkpoint.layout",
     "HPSearchBackend": "hpsearch",
     "default_compute_objective": "hpsearch",
     "default_hp_space_optuna": "hpsearch",

@@ -1,11 +1,17 @@
 """The 2-rank job that ``test_kill_resume.py`` kills and relaunches (``torchrun --nproc_per_node=2``, gloo, CPU).
 
-Usage: ``kill_job.py OUT_DIR BACKEND`` with BACKEND ``ddp``, ``fsdp`` or ``zero2``. The job trains a dropout MLP for
-12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with ``resume_from_checkpoint=True``
-whenever ``OUT_DIR`` holds a complete checkpoint (the requeue idiom). Kills:
+Usage: ``kill_job.py OUT_DIR BACKEND`` with BACKEND ``ddp``, ``fsdp``, ``zero2`` or ``zero3``. The job trains a
+dropout MLP for 12 optimizer steps (2 epochs of 6, shuffled), saving every 3 steps, and resumes with
+``resume_from_checkpoint=True`` whenever ``OUT_DIR`` holds a complete checkpoint (the requeue idiom). Kills:
 
 - ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>``: trainwell's test hook inside the save (checkpoint/commit.py);
-- ``KILL_JOB_AT_STEP=<step>:<rank>``: SIGKILL that rank at the end of that optimizer step (between saves).
+- ``KILL_JOB_AT_STEP=<step>:<rank>``: SIGKILL that rank at the end of that optimizer step (between saves);
+- ``KILL_JOB_IN_ENGINE_SAVE=<name>:<step>:<rank>``: SIGKILL that rank inside DeepSpeed's own
+  ``engine.save_checkpoint`` of ``checkpoint-<step>``, right after DeepSpeed wrote that rank's file whose name
+  contains ``<name>`` (``model_states``: its optimizer shard and ``latest`` are not written yet).
+
+``KILL_JOB_RESUME=auto`` resumes with ``resume_from_checkpoint="auto"`` instead; ``KILL_JOB_SLOW_CLEANUP=<seconds>``
+delays rank 0's clean-up of interrupted saves (see :func:`slow_cleanup`).
 
 When training ends, rank 0 writes ``OUT_DIR/final.safetensors`` (the consolidated weights) and ``OUT_DIR/result.json``
 (``resumed_from``, ``global_step``).
@@ -75,26 +81,72 @@ class KillAtStep(TrainerCallback):
         return control
 
 
+def kill_in_engine_save() -> None:
+    """Arm ``KILL_JOB_IN_ENGINE_SAVE`` (see the module docstring) on DeepSpeed's checkpoint engine of this rank."""
+    spec = os.environ.get("KILL_JOB_IN_ENGINE_SAVE", "")
+    if not spec:
+        return
+    name, step, rank = spec.split(":")
+    if int(rank) != RANK:
+        return
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    save = TorchCheckpointEngine.save
+
+    def save_then_kill(self, state_dict, path: str) -> None:
+        save(self, state_dict, path)
+        if f"global_step{step}{os.sep}" in path and name in os.path.basename(path):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    TorchCheckpointEngine.save = save_then_kill
+
+
+def slow_cleanup() -> None:
+    """``KILL_JOB_SLOW_CLEANUP=<seconds>``: rank 0 waits that long before it promotes or removes the folders of
+    interrupted saves at the start of ``train()`` (a slow file system), so that rank 1 lists the checkpoints first."""
+    delay = float(os.environ.get("KILL_JOB_SLOW_CLEANUP", "0"))
+    if not delay or RANK != 0:
+        return
+    import time
+
+    from trainwell.checkpoint import layout
+
+    recover = layout._recover_interrupted_replace
+
+    def slow_recover(root: Path) -> list[Path]:
+        time.sleep(delay)
+        return recover(root)
+
+    layout._recover_interrupted_replace = slow_recover
+
+
 def backend_args(name: str) -> dict:
     if name == "fsdp":
         return {"fsdp": "full_shard"}
-    if name == "zero2":
+    if name in ("zero2", "zero3"):
         return {"deepspeed": {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
                               "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": 2}},
+                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": int(name[-1])}},
                 "ddp_backend": "gloo"}
     return {}
 
 
 def main(out: Path, backend: str) -> None:
+    kill_in_engine_save()
+    slow_cleanup()
     set_seed(0)
     args = TrainingArguments(
         output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, num_train_epochs=2, learning_rate=0.05,
         warmup_steps=2, logging_steps=1, save_strategy="steps", save_steps=3, seed=0, report_to="none",
         disable_tqdm=True, max_grad_norm=1.0, **backend_args(backend))
     trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=make_data(), callbacks=[KillAtStep()])
-    resume = get_last_checkpoint(str(out)) is not None
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    last = get_last_checkpoint(str(out))
+    print(f"RANK{RANK} LAST_CHECKPOINT {last and Path(last).name}", flush=True)
+    resume = last is not None
+    if os.environ.get("KILL_JOB_RESUME") == "auto":
+        trainer.train(resume_from_checkpoint="auto")
+    else:
+        trainer.train(resume_from_checkpoint=True if resume else None)
     state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else None
     state = state if state is not None else trainer.model.state_dict()
     if RANK == 0:

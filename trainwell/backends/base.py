@@ -21,6 +21,9 @@ class Capabilities:
     handles_grad_accumulation: bool = False  # DeepSpeed accumulates, scales and clips itself
     owns_precision: bool = False  # DeepSpeed / FSDP mixed-precision policy replaces autocast
     sharded_state: bool = False  # FSDP / ZeRO-3: saving needs every rank
+    # The checkpoint state can be copied to host memory and written by trainwell's own commit on a background
+    # thread (``async_save``): no engine writes files or runs collectives of its own during the save.
+    async_checkpoint: bool = False
 
 
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
@@ -84,3 +87,12 @@ class Backend(Protocol):
 
     def load(self, folder: Path) -> None:
         """Read what :meth:`save` wrote; raise (any exception) when it cannot: all ranks then fall back together."""
+
+    def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
+        """For ``async_save`` (backends with ``caps.async_checkpoint`` only): what :meth:`save` writes, taken now.
+
+        Called on every rank in the training thread (it may run collectives on the training group): copies the
+        backend's own checkpoint state to host memory and returns ``write(folder, group)``, which the saver thread
+        calls with the temporary folder and the saver's process group (its collectives must run on that group
+        only). None when the backend writes nothing beyond trainwell's files.
+        """

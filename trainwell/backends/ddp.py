@@ -86,8 +86,9 @@ class DDPBackend(SingleDeviceBackend):
         super().__init__(device, precision, n_gpu=1, place_model_on_device=True)
         self.args = args
         self.zero = wants_zero(args)
-        # ZeRO's optimizer state lives on several ranks: saving it is a collective the backend runs itself.
-        self.caps = Capabilities(sharded_state=self.zero)
+        # ZeRO's optimizer state lives on several ranks: saving it is a collective the backend runs itself (on the
+        # training process group, so not from the background thread of async_save).
+        self.caps = Capabilities(sharded_state=self.zero, async_checkpoint=not self.zero)
 
     # -- model -------------------------------------------------------------------------------------------------
     def ddp_kwargs(self, model: nn.Module | None = None) -> dict[str, Any]:

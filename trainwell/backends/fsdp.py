@@ -36,7 +36,7 @@ import itertools
 import logging
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -144,8 +144,9 @@ class FSDPBackend(SingleDeviceBackend):
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
             self.scaler = precision.scaler = ShardedGradScaler(device.type)
-        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True)
+        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True, async_checkpoint=True)
         self._sharded = False
+        self._stager: Any = None  # async_save's copy of the shards to host memory
 
     # -- model -------------------------------------------------------------------------------------------------
     def device_mesh(self) -> Any:
@@ -277,6 +278,25 @@ class FSDPBackend(SingleDeviceBackend):
 
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(Path(folder) / FSDP_STATE_DIR))
+
+    def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
+        """``async_save``: this rank's shards of the model and optimizer state copied to host memory now, and the
+        function that writes them as :meth:`save` does (DCP), with DCP's collectives on the saver's group."""
+        if not self._sharded or getattr(self.args, "save_only_model", False):
+            return None
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.staging import BlockingAsyncStager
+
+        if self._stager is None:  # reused host buffers (pinned) when the shards live on a GPU
+            self._stager = BlockingAsyncStager(cache_staged_state_dict=torch.cuda.is_available())
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        staged = self._stager.stage({"model": model_state, "optimizer": optim_state})
+
+        def write(folder: Path, group: Any) -> None:
+            dcp.save(staged, checkpoint_id=str(Path(folder) / FSDP_STATE_DIR), process_group=group)
+
+        return write
 
     def load(self, folder: Path) -> None:
         """Read what :meth:`save` wrote; raises CheckpointError when it is missing (an interrupted save)."""

@@ -34,7 +34,7 @@ def _fsdp_shards(args: Any) -> bool:
 def build_backend(args: Any) -> Backend:
     """Choose and create the backend the arguments ask for (creating the process group under a launcher)."""
     if getattr(args, "deepspeed", None):
-        from .deepspeed import DeepSpeedBackend  # creates the process group itself (one process too: DeepSpeed needs it)
+        from .deepspeed.backend import DeepSpeedBackend  # makes its own process group (DeepSpeed needs one)
 
         return DeepSpeedBackend(args, args.device)
     env = read_launch_env(getattr(args, "local_rank", -1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ class SingleDeviceBackend:
     straight line whatever the precision. Subclasses (DDP) change only the wrapping and ``no_sync``.
     """
 
-    caps = Capabilities()
+    caps = Capabilities(async_checkpoint=True)
 
     def __init__(self, device: torch.device, precision: Precision, *, n_gpu: int = 1,
                  place_model_on_device: bool = True) -> None:
@@ -109,6 +109,10 @@ class SingleDeviceBackend:
 
     def save(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""
+
+    def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
+        """None: nothing beyond the common checkpoint files (see :meth:`Backend.async_engine_snapshot`)."""
+        return None
 
     def load(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""

@@ -51,7 +51,7 @@ class StopOnNonFiniteLossCallback(TrainerCallback):
             return
         if weights_are_finite(model):
             return
-        from ..trainer_utils import get_last_checkpoint
+        from ..checkpoint.layout import get_last_checkpoint
 
         last = get_last_checkpoint(args.output_dir) if args.output_dir else None
         message = (f"Training diverged: the model weights contain NaN/inf at step {state.global_step}. Lower "

@@ -4,7 +4,7 @@ Public names are resolved lazily so that ``import trainwell.checkpoint`` (and ``
 not import torch:
 
 - layout: :data:`COMPLETE_MARKER`, :class:`CheckpointError`, :func:`is_complete`, :func:`list_complete_checkpoints`,
-  :func:`list_foreign_checkpoints`, :func:`list_resumable_checkpoints`, :func:`list_incomplete`, :func:`cleanup_incomplete`, :func:`atomic_checkpoint_dir`, :func:`write_atomic`,
+  :func:`list_foreign_checkpoints`, :func:`list_resumable_checkpoints`, :func:`get_last_checkpoint`, :func:`list_incomplete`, :func:`cleanup_incomplete`, :func:`atomic_checkpoint_dir`, :func:`write_atomic`,
   :func:`verify_checkpoint`, :func:`delete_checkpoint`
 - weights: :func:`save_model_weights`, :func:`load_model_weights`, :func:`load_state_dict_from_folder`
 - rng: :func:`capture_rng_state`, :func:`restore_rng_state`, :func:`rng_file_name`
@@ -25,6 +25,7 @@ _EXPORTS = {
     "list_complete_checkpoints": "layout",
     "list_foreign_checkpoints": "layout",
     "list_resumable_checkpoints": "layout",
+    "get_last_checkpoint": "layout",
     "list_incomplete": "layout",
     "cleanup_incomplete": "layout",
     "atomic_checkpoint_dir": "layout",

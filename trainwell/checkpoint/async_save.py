@@ -11,11 +11,22 @@ write leaves the previous checkpoint as the newest valid one.
   CUDA tensors, copied with ``non_blocking`` and one synchronisation), and tensors sharing storage keep sharing it
   (tied weights are written once, as in a synchronous save). They cost host memory equal to the saved state.
 - At most one save is in flight: the next save, and :meth:`AsyncSaver.wait`, wait for the previous one.
+- A rank that does not write the shared files (``should_save=False``) copies nothing but its RNG states.
 - A failure of the background write is kept and raised in the training thread by :meth:`AsyncSaver.raise_if_failed`
   (the trainer calls it after every optimizer step) or by the next :meth:`save` / :meth:`wait`.
 
-Single process, plain model only: the commit's collectives would otherwise run on the saver thread next to the
-training stream's, and engines (DeepSpeed, FSDP) write their own files; the trainer refuses ``async_save`` there.
+Several processes (DDP): every rank runs its saver thread, and the commit's collectives (the temporary folder's
+name, the barrier, the exchange of reports and outcomes) run on a dedicated gloo group (:func:`new_saver_group`,
+created by every rank when the trainer is built), never on the group the training thread uses: collectives of two
+threads must not interleave on one group. The commit already makes a write failure on one rank fail the save on
+every rank; :meth:`AsyncSaver.wait` adds one more exchange on that group (after joining the thread, so the group is
+idle) so that a failure known to one rank only (its rotation) is raised on every rank at the same point too.
+
+Only the backends whose ``caps.async_checkpoint`` is True take part. A backend with files of its own (FSDP's DCP
+shards) copies that state to host memory in the training thread too (``backend.async_engine_snapshot()``) and
+writes it from the saver thread with its collectives on the saver's group. DeepSpeed's engine and the
+ZeroRedundancyOptimizer write theirs synchronously with collectives on the training group: they refuse
+``async_save``.
 """
 
 from __future__ import annotations
@@ -150,10 +161,28 @@ def freeze_contents(contents: "CheckpointContents", copier: HostCopier) -> "Chec
         trainer_state=copy.deepcopy(contents.trainer_state), data_state=copy.deepcopy(contents.data_state))
 
 
-class AsyncSaver:
-    """Runs one checkpoint save at a time on a background thread (see the module docstring)."""
+def new_saver_group(timeout_s: float | None = None) -> Any:
+    """A new gloo process group of every rank, for the saver thread's collectives (see the module docstring).
 
-    def __init__(self) -> None:
+    A collective of the default group: every rank must call it at the same point of its program.
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    kwargs = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
+    return dist.new_group(backend="gloo", **kwargs)
+
+
+class AsyncSaver:
+    """Runs one checkpoint save at a time on a background thread (see the module docstring).
+
+    ``group``: with several processes, the process group (from :func:`new_saver_group`) of the background commit's
+    collectives and of the agreement in :meth:`wait`; None in a single process.
+    """
+
+    def __init__(self, *, group: Any = None) -> None:
+        self.group = group
         self.copier = HostCopier()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -166,21 +195,30 @@ class AsyncSaver:
         return self._thread is not None and self._thread.is_alive()
 
     def save(self, manager: "CheckpointManager", step: int, contents: "CheckpointContents", *,
-             after: Callable[[Path], None] | None = None) -> Path:
+             after: Callable[[Path], None] | None = None,
+             engine_snapshot: Callable[[], Callable[[Path, Any], None] | None] | None = None) -> Path:
         """Copy ``contents`` to host memory, start writing checkpoint ``step`` in the background; return its folder.
 
         Waits for the previous save first (raising its failure). ``after(folder)`` runs on the saver thread once
-        the checkpoint is committed (the rotation).
+        the checkpoint is committed (the rotation). ``engine_snapshot()`` (the backend's
+        ``async_engine_snapshot``) copies the engine's own state now and returns ``write(folder, group)``, which
+        the background commit calls where a synchronous save calls the backend's ``save``.
         """
         from .rng import capture_rng_state
 
         self.wait()
-        frozen = freeze_contents(contents, self.copier)
+        if manager.should_save:
+            frozen = freeze_contents(contents, self.copier)
+        else:  # this rank writes only its RNG file: no host copy of a state it does not write
+            frozen = replace(contents, model_state_dict={}, optimizer=None, scheduler=None, extra={},
+                             trainer_state=None, data_state=None, processing_class=None)
         rng_state = None if contents.save_only_model else capture_rng_state()
+        write_engine = engine_snapshot() if engine_snapshot is not None else None
+        engine_save = None if write_engine is None else (lambda tmp: write_engine(tmp, self.group))
 
         def work() -> None:
             try:
-                folder = manager.save(step, frozen, rng_state=rng_state)
+                folder = manager.save(step, frozen, rng_state=rng_state, group=self.group, engine_save=engine_save)
                 if after is not None:
                     after(folder)
             except BaseException as err:  # noqa: B036 - kept and raised in the training thread
@@ -198,9 +236,29 @@ class AsyncSaver:
             self._thread = None
 
     def wait(self) -> None:
-        """Wait for the save in flight and raise CheckpointError if it (or an earlier one) failed."""
+        """Wait for the save in flight and raise CheckpointError if it (or an earlier one) failed.
+
+        With a ``group``, a collective: every rank calls it at the same point, and all raise when any rank's save
+        failed.
+        """
         self.join()
+        if self.group is not None:
+            self._agree()
         self.raise_if_failed()
+
+    def _agree(self) -> None:
+        """Learn the other ranks' failures (one object all-gather on the saver's group, which is idle now)."""
+        import torch.distributed as dist
+
+        mine = None if not self.failed else (self._failed_step, f"{type(self._error).__name__}: {self._error}")
+        reports: list[Any] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(reports, mine, group=self.group)
+        failed = [(rank, report) for rank, report in enumerate(reports) if report is not None]
+        if failed and not self.failed:
+            self._failed_step = failed[0][1][0]
+            self._error = CheckpointError("failed on rank(s) " + "; ".join(
+                f"{rank}: {message}" for rank, (_, message) in failed))
+            self.failed = True
 
     def raise_if_failed(self) -> None:
         """Raise CheckpointError when a background save has failed (then forget the failure)."""

@@ -116,6 +116,16 @@ def list_resumable_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return [path for _, path in _checkpoint_folders(output_dir)]
 
 
+def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
+    """Path of the ``checkpoint-<step>`` sub-folder of ``folder`` with the highest step, or None.
+
+    trainwell's folders in the middle of being written (``.tmp-checkpoint-*``) are skipped; a ``checkpoint-<step>``
+    folder written by another tool (the upstream Trainer) counts, as upstream. See :mod:`trainwell.checkpoint`.
+    """
+    found = list_resumable_checkpoints(folder)
+    return str(found[-1]) if found else None
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process on this host (a process we may not signal counts as alive)."""
     if pid <= 0:

@@ -151,13 +151,15 @@ class CheckpointManager:
     # ------------------------------------------------------------------------------------------ save
 
     def save(self, step: int, contents: CheckpointContents, *,
-             engine_save: Callable[[Path], None] | None = None, rng_state: dict[str, Any] | None = None) -> Path:
+             engine_save: Callable[[Path], None] | None = None, rng_state: dict[str, Any] | None = None,
+             group: Any = None) -> Path:
         """Write checkpoint ``step`` with the commit protocol of :mod:`trainwell.checkpoint.commit`; returns its folder.
 
         A collective when ``world_size > 1``: every rank must call it. ``engine_save(tmp)`` (the backend's
         ``save``) writes the engine's own files into the temporary folder before the marker. ``rng_state``: the
-        RNG states to write (captured earlier by an asynchronous save; default: captured now). Call :meth:`rotate`
-        afterwards to apply ``save_total_limit``.
+        RNG states to write (captured earlier by an asynchronous save; default: captured now). ``group``: the
+        process group of the commit's collectives (default: the training one; an asynchronous save passes its own).
+        Call :meth:`rotate` afterwards to apply ``save_total_limit``.
         """
         from .commit import commit_checkpoint
 
@@ -169,7 +171,10 @@ class CheckpointManager:
 
                 _torch_save(rng_state if rng_state is not None else capture_rng_state(), tmp / self.rng_file)
 
-        return commit_checkpoint(self.checkpoint_dir(step), step, self.ranks, should_save=self.should_save,
+        from .commit import Ranks
+
+        ranks = Ranks(self.rank, self.world_size, group=group)
+        return commit_checkpoint(self.checkpoint_dir(step), step, ranks, should_save=self.should_save,
                                  write_files=write_files, engine_save=engine_save)
 
     @property

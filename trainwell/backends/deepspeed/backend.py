@@ -25,9 +25,9 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-from ..deepspeed_config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
-from ..distributed import close_process_group_at_exit
-from .base import Capabilities
+from ...distributed import close_process_group_at_exit
+from ..base import Capabilities
+from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
 
 logger = logging.getLogger("trainwell.deepspeed")
 
@@ -274,7 +274,7 @@ class DeepSpeedBackend:
         """
         if self.engine is None or self.engine.optimizer is None:
             return
-        from ..distributed import get_rank
+        from ...distributed import get_rank
 
         check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage)
 
@@ -284,7 +284,7 @@ class DeepSpeedBackend:
             return
         if not (Path(folder) / "latest").is_file():
             if not _saved_model_only(Path(folder)):
-                from ..checkpoint.layout import CheckpointError
+                from ...checkpoint.layout import CheckpointError
 
                 raise CheckpointError(f"{folder} has no DeepSpeed checkpoint ('latest' is missing) although it was not "
                                       "saved with save_only_model=True: its optimizer and scheduler state are lost; "
@@ -301,7 +301,7 @@ class DeepSpeedBackend:
 def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int) -> None:
     """Raise CheckpointError unless ``folder`` holds ``latest``, its tag folder, model states and (ZeRO >= 1) this
     rank's ZeRO optimizer shard. A checkpoint saved with ``save_only_model=True`` (no ``latest``) passes."""
-    from ..checkpoint.layout import CheckpointError
+    from ...checkpoint.layout import CheckpointError
 
     latest = folder / "latest"
     if not latest.is_file():
@@ -363,7 +363,7 @@ def _choose_optimization(config: dict[str, Any], args: Any, optimizer: Any, lr_s
 
 def _trainer_schedule_factory(args: Any, num_training_steps: int | None) -> Any:
     """A callable DeepSpeed calls with its optimizer to build trainwell's ``lr_scheduler_type`` schedule."""
-    from ..schedules import get_scheduler
+    from ...schedules import get_scheduler
 
     if num_training_steps is None:
         raise ValueError("A DeepSpeed config optimizer with the trainer's scheduler needs the number of training "

@@ -1,7 +1,7 @@
 """DeepSpeed configuration: loading, ``"auto"`` resolution from ``TrainingArguments``, mismatch detection.
 
 Pure data work, no process group and no ``deepspeed`` import: the resolved dict is handed to ``deepspeed.initialize``
-by :mod:`trainwell.backends.deepspeed`.
+by :mod:`trainwell.backends.deepspeed.backend`.
 
 The trainer's arguments are the one source of truth for the values both sides need (batch sizes, accumulation,
 clipping, learning rate, Adam hyper-parameters, warmup, precision). A config value of ``"auto"`` is filled from them;

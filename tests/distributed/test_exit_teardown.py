@@ -1,0 +1,82 @@
+"""A process group that trainwell created is closed at exit; one the script created is left to the script.
+
+Without the close, gloo's worker threads are torn down during interpreter finalization and a rank can abort with
+"terminate called without an active exception" after a run that succeeded. The job registers its own ``atexit``
+check *before* the Trainer exists; ``atexit`` runs handlers last-registered-first, so the check sees the state after
+trainwell's handler ran. torchrun runs this file as the job (``python test_exit_teardown.py OUT MODE``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+pytestmark = pytest.mark.distributed
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(2, 1)
+
+    def forward(self, x, labels=None):
+        return {"loss": nn.functional.mse_loss(self.lin(x).squeeze(-1), labels)}
+
+
+def _job(out: str, mode: str) -> None:
+    import torch.distributed as dist
+
+    from trainwell import Trainer, TrainingArguments
+
+    rank = int(os.environ["RANK"])
+
+    def report() -> None:  # runs after trainwell's handler (registered later, so run earlier)
+        Path(f"{out}.{rank}").write_text("open" if dist.is_initialized() else "closed")
+        if dist.is_initialized():  # the script's own group: the script closes it
+            dist.barrier()
+            dist.destroy_process_group()
+
+    atexit.register(report)
+    if mode == "user":
+        dist.init_process_group("gloo")
+    data = [{"x": torch.tensor([float(i), 1.0]), "labels": torch.tensor(float(i % 3))} for i in range(8)]
+    args = TrainingArguments(output_dir=os.path.join(os.path.dirname(out), "run"), max_steps=2,
+                             per_device_train_batch_size=2, save_strategy="no", report_to="none", disable_tqdm=True,
+                             use_cpu=True)
+    Trainer(model=Net(), args=args, train_dataset=data).train()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", ["trainwell", "user"])
+def test_process_group_is_closed_at_exit_only_when_trainwell_created_it(tmp_path, mode):
+    out = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+           str(Path(__file__).resolve()), str(out), mode]
+    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"job failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    expected = "closed" if mode == "trainwell" else "open"
+    assert [Path(f"{out}.{r}").read_text() for r in (0, 1)] == [expected, expected]
+
+
+if __name__ == "__main__":
+    _job(sys.argv[1], sys.argv[2])
