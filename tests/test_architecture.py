@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "trainer_utils": 0, "trackers": 0, "distributed": 0, "logging_utils": 0, "reporting": 0, "losses": 0,
     "model_utils": 0, "precision": 0, "state": 0, "memory": 0, "deepspeed_config": 0, "data": 0, "optim": 0,
     "optim_extras": 0, "schedules": 0, "overrides": 0, "preflight": 0, "cmdline": 0, "field_usage": 0,
+    "lazy_exports": 0,
     # configuration, events, the file format of checkpoints
     "args": 1, "debug_utils": 1, "accelerate_env": 1, "parser": 1, "events": 1, "checkpoint": 1,
     # callbacks and execution backends (never the loops or the trainer)

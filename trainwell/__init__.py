@@ -5,8 +5,7 @@ Public names are resolved lazily (PEP 562) so that ``import trainwell`` costs al
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -79,14 +78,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainwell' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # cache: later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

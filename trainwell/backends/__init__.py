@@ -6,18 +6,11 @@ The names below are resolved lazily, so that importing a light submodule (``back
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..lazy_exports import lazy_exports
 
 _EXPORTS = {"Backend": "base", "Capabilities": "base", "build_backend": "registry"}
 
 __all__ = ["Backend", "Capabilities", "build_backend"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # cache: later lookups skip this function
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
