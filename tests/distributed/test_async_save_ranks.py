@@ -11,50 +11,30 @@ refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkp
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from launch import child_env, start, torchrun, wait
 from trainwell.checkpoint.layout import COMPLETE_MARKER, list_complete_checkpoints, read_marker, verify_checkpoint
 
 pytestmark = pytest.mark.distributed
 
 JOB = Path(__file__).with_name("async_save_job.py")
-ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 400
 STEPS = (3, 6, 9, 12)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _start(out: Path, mode: str, **extra_env: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRAINWELL_TEST_KILL_AT", "FAIL_RNG_WRITE_AT",
-                                                             "SYNC_STEPS", "RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                             "MASTER_PORT")}
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1", **extra_env)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--nnodes=1",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB), str(out), mode]
-    return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = child_env(drop=("TRAINWELL_TEST_KILL_AT", "FAIL_RNG_WRITE_AT", "SYNC_STEPS"), **extra_env)
+    return start(torchrun(JOB, out, mode), env=env, merge=False)
 
 
 def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
-    try:
-        stdout, stderr = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        pytest.fail(f"no end in {TIMEOUT_S}s (a hang, not a crash):\n{stderr[-3000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return wait(proc, "the 2-rank job", timeout=TIMEOUT_S, check=False)
 
 
 def _weights(out: Path) -> dict[str, torch.Tensor]:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,9 +19,6 @@ from torch import nn
 
 pytestmark = pytest.mark.distributed
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 class Net(nn.Module):
@@ -59,21 +54,12 @@ def _job(out: str, mode: str) -> None:
     Trainer(model=Net(), args=args, train_dataset=data).train()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("mode", ["trainwell", "user"])
 def test_process_group_is_closed_at_exit_only_when_trainwell_created_it(tmp_path, mode):
+    from launch import run, torchrun  # here: the job (this file) runs without tests/ on sys.path
+
     out = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
-    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-           str(Path(__file__).resolve()), str(out), mode]
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"job failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    run(torchrun(Path(__file__).resolve(), out, mode), "the 2-rank job", timeout=300)
     expected = "closed" if mode == "trainwell" else "open"
     assert [Path(f"{out}.{r}").read_text() for r in (0, 1)] == [expected, expected]
 
