@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,14 @@ def _read_record(fd: int) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
+def _flush(fd: int) -> None:
+    """fsync the lock record (errors ignored: the record is a courtesy to other hosts, the flock is the lock)."""
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+
+
 class OutputDirLock:
     """The lock of one ``output_dir``; :meth:`acquire` raises :class:`OutputDirLockedError` when it is taken.
 
@@ -74,6 +83,7 @@ class OutputDirLock:
         self._fd: int | None = None
         self._flock: bool | None = None
         self._created_dir = False
+        self._flusher: threading.Thread | None = None
 
     @property
     def held(self) -> bool:
@@ -133,11 +143,15 @@ class OutputDirLock:
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, (json.dumps(own) + "\n").encode("utf-8"))
-            os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
+        # Other processes of this host read the record from the page cache; the fsync is for other hosts of a
+        # network file system. It takes milliseconds (then the unlink at release costs as much again), so it runs
+        # beside the training instead of before it; release() waits for it before closing the file.
+        self._flusher = threading.Thread(target=_flush, args=(fd,), name="trainwell-lock-fsync", daemon=True)
+        self._flusher.start()
 
     def _check_previous(self, record: dict[str, Any]) -> None:
         """Decide about a record left in the file by an earlier holder (we hold the flock, if there is one)."""
@@ -157,6 +171,9 @@ class OutputDirLock:
         fd, self._fd = self._fd, None
         if fd is None:
             return
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None:
+            flusher.join()  # the fd must stay open (and not be reused) until its fsync returned
         try:
             if os.path.samestat(os.fstat(fd), os.stat(self.path)):
                 self.path.unlink()
