@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +62,31 @@ def _read_record(fd: int) -> dict[str, Any]:
     return record if isinstance(record, dict) else {}
 
 
-def _flush(fd: int) -> None:
-    """fsync the lock record (errors ignored: the record is a courtesy to other hosts, the flock is the lock)."""
+# File systems of one host's own disks or memory: a lock record written there is seen by every process that can
+# open it without an fsync. Anything else (nfs, cifs, lustre, fuse...) gets the fsync.
+_LOCAL_FS_TYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "overlay", "zfs", "f2fs", "ramfs",
+                             "apfs", "hfs", "vfat", "exfat", "ntfs3"})
+
+
+def _is_local_fs(path: Path) -> bool:
+    """Whether ``path`` lies on a local file system (Linux ``/proc/self/mounts``; False when it cannot be told)."""
     try:
-        os.fsync(fd)
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
+            entries = [line.split() for line in mounts]
+        target = os.path.realpath(path)
     except OSError:
-        pass
+        return False
+    best, fs_type = -1, ""
+    for entry in entries:
+        if len(entry) < 3:
+            continue
+        point = entry[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > best:  # the last, longest mount point holding the path is the one in use
+            best, fs_type = len(point), entry[2]
+        elif inside and len(point) == best:
+            fs_type = entry[2]
+    return fs_type in _LOCAL_FS_TYPES
 
 
 class OutputDirLock:
@@ -83,7 +101,6 @@ class OutputDirLock:
         self._fd: int | None = None
         self._flock: bool | None = None
         self._created_dir = False
-        self._flusher: threading.Thread | None = None
 
     @property
     def held(self) -> bool:
@@ -143,15 +160,14 @@ class OutputDirLock:
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, (json.dumps(own) + "\n").encode("utf-8"))
+            # Processes of this host read the record from the page cache; only the hosts of a network file system
+            # need it on the server. A local fsync costs milliseconds (and as much again at the unlink in release).
+            if not _is_local_fs(self.output_dir):
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
-        # Other processes of this host read the record from the page cache; the fsync is for other hosts of a
-        # network file system. It takes milliseconds (then the unlink at release costs as much again), so it runs
-        # beside the training instead of before it; release() waits for it before closing the file.
-        self._flusher = threading.Thread(target=_flush, args=(fd,), name="trainwell-lock-fsync", daemon=True)
-        self._flusher.start()
 
     def _check_previous(self, record: dict[str, Any]) -> None:
         """Decide about a record left in the file by an earlier holder (we hold the flock, if there is one)."""
@@ -171,9 +187,6 @@ class OutputDirLock:
         fd, self._fd = self._fd, None
         if fd is None:
             return
-        flusher, self._flusher = self._flusher, None
-        if flusher is not None:
-            flusher.join()  # the fd must stay open (and not be reused) until its fsync returned
         try:
             if os.path.samestat(os.fstat(fd), os.stat(self.path)):
                 self.path.unlink()
