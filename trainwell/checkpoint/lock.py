@@ -68,8 +68,21 @@ _LOCAL_FS_TYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "o
                              "apfs", "hfs", "vfat", "exfat", "ntfs3"})
 
 
+_LOCAL_BY_DEVICE: dict[int, bool] = {}  # st_dev -> local: one read of the mount table per file system
+
+
 def _is_local_fs(path: Path) -> bool:
     """Whether ``path`` lies on a local file system (Linux ``/proc/self/mounts``; False when it cannot be told)."""
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return False
+    if device not in _LOCAL_BY_DEVICE:
+        _LOCAL_BY_DEVICE[device] = _mount_is_local(path)
+    return _LOCAL_BY_DEVICE[device]
+
+
+def _mount_is_local(path: Path) -> bool:
     try:
         with open("/proc/self/mounts", encoding="utf-8", errors="replace") as mounts:
             entries = [line.split() for line in mounts]
