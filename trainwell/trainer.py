@@ -471,7 +471,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             return self._model_flops(inputs)
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
-        if not isinstance(inputs, Mapping):
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow
             return 0
         main = inputs.get("input_ids")
         if main is None:
