@@ -13,6 +13,11 @@ interpreters (and the same for transformers when it is installed).
 
     python bench/overhead.py            # full run (512 steps x 3 rounds)
     python bench/overhead.py --quick    # a shorter run (128 steps x 2 rounds)
+    python bench/overhead.py --opcodes  # Python bytecodes per optimizer step (deterministic, for a busy machine)
+
+``--opcodes`` counts the bytecode instructions the interpreter runs per optimizer step in each runner (the difference
+of a 40-step and a 20-step run, so set-up costs cancel), per function: the Python-level overhead without any timing
+noise. It does not see the time spent inside torch's C++ kernels, which is the same for every runner.
 """
 
 from __future__ import annotations
@@ -217,6 +222,54 @@ def has_transformers() -> bool:
     return all(importlib.util.find_spec(name) is not None for name in ("transformers", "accelerate"))
 
 
+# ------------------------------------------------------------------------------------------------- opcodes
+
+
+def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int) -> dict[str, float]:
+    """Bytecodes executed per optimizer step by ``runner``, per ``file:function`` (a ``steps`` and a ``2 * steps``
+    run are traced; their difference over ``steps``)."""
+    import collections
+
+    counts: collections.Counter[str] = collections.Counter()
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes, frame.f_trace_lines = True, False
+        if event == "opcode":
+            code = frame.f_code
+            counts[f"{code.co_filename.split('site-packages/')[-1].replace(str(REPO) + '/', '')}:{code.co_name}"] += 1
+        return tracer
+
+    def traced(n: int) -> dict[str, int]:
+        cfg = BenchConfig(steps=n, warmup_steps=2)
+        counts.clear()
+        with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(io.StringIO()):
+            model = fresh_model(cfg.seed)
+            sys.settrace(tracer)
+            try:
+                runner(cfg, data, model, workdir)
+            finally:
+                sys.settrace(None)
+        return dict(counts)
+
+    traced(2)  # first-call costs (lazy imports)
+    short, long = traced(steps), traced(2 * steps)
+    return {name: (long.get(name, 0) - short.get(name, 0)) / steps for name in set(short) | set(long)}
+
+
+def opcode_report(steps: int = 20, top: int = 25) -> str:
+    """Bytecodes per step of the hand loop and trainwell, and the functions where they differ most."""
+    torch.set_num_threads(1)
+    data = ToyDataset(BenchConfig.n_samples, BenchConfig.seed)
+    hand, ours = count_opcodes(run_hand, data, steps), count_opcodes(run_trainwell, data, steps)
+    total_hand, total_ours = sum(hand.values()), sum(ours.values())
+    lines = [f"Python bytecodes per optimizer step: hand loop {total_hand:.0f}, trainwell {total_ours:.0f} "
+             f"(+{total_ours - total_hand:.0f}, ratio {total_hand / total_ours:.3f})", "",
+             f"{'trainwell':>10}{'hand':>8}  function (largest differences)"]
+    names = sorted(set(hand) | set(ours), key=lambda n: -abs(ours.get(n, 0) - hand.get(n, 0)))
+    lines += [f"{ours.get(n, 0):>10.0f}{hand.get(n, 0):>8.0f}  {n}" for n in names[:top]]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------- report
 
 
@@ -276,14 +329,19 @@ def format_report(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``--quick``, ``--steps``, ``--rounds``, ``--threads``, ``--json PATH``."""
+    """Command line: ``--quick``, ``--steps``, ``--rounds``, ``--threads``, ``--json PATH``, ``--opcodes``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="128 steps x 2 rounds, 3 import repeats")
     parser.add_argument("--steps", type=int, help="optimizer steps per run (default 512)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--json", type=Path, help="also write the raw results to this json file")
+    parser.add_argument("--opcodes", action="store_true",
+                        help="count Python bytecodes per step instead of timing (deterministic)")
     ns = parser.parse_args(argv)
+    if ns.opcodes:
+        print(opcode_report())
+        return 0
     cfg = BenchConfig(threads=ns.threads)
     if ns.quick:
         cfg.steps, cfg.rounds, cfg.import_repeats = 128, 2, 3

@@ -244,3 +244,24 @@ def test_an_output_dir_that_cannot_be_locked_trains_with_a_warning(tmp_path, cap
     trainer.train()
     assert "Could not lock output_dir" in caplog.text and "Permission denied" in caplog.text
     assert trainer.state.global_step == 4
+
+
+def test_the_lock_record_is_fsynced_only_on_a_file_system_other_hosts_may_share(tmp_path, monkeypatch):
+    # The record is read from the page cache on this host; an fsync (milliseconds, before training starts) is only
+    # worth it where other hosts read the file (nfs, lustre...). This host's tmp_path is a local file system.
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(lock_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    local = OutputDirLock(tmp_path / "local")
+    local.acquire()
+    record = json.loads((tmp_path / "local" / LOCK_NAME).read_text())
+    local.release()
+    assert synced == [] and record["pid"] == os.getpid()
+    # The same lock where the mount table names no local file system type (as on a network mount): fsynced.
+    monkeypatch.setattr(lock_module, "_LOCAL_FS_TYPES", frozenset())
+    monkeypatch.setattr(lock_module, "_LOCAL_BY_DEVICE", {})
+    shared = OutputDirLock(tmp_path / "shared")
+    shared.acquire()
+    shared.release()
+    assert len(synced) == 1
+    assert not (tmp_path / "shared" / LOCK_NAME).exists()

@@ -366,11 +366,20 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
                     else v.to(device, non_blocking=True)) if isinstance(v, torch.Tensor) else self._prepare_input(v)
                 for k, v in inputs.items()}
 
+    def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
+        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
+
     def _adopt_input_dtype(self) -> None:
-        """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are)."""
+        """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
+        and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
         self._input_dtype = getattr(self.backend, "input_dtype", None)
         if self._input_dtype is not None:
-            self._move_flat = self._move_flat_cast  # chosen once: the step itself has no dtype branch
+            self._move_flat = self._move_flat_cast
+        elif self._device.type == "cpu":
+            self._move_flat = self._keep_flat_on_cpu
+        else:
+            self.__dict__.pop("_move_flat", None)  # the class's mover (an earlier run may have chosen another)
 
     def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
         """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
@@ -462,11 +471,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             return self._model_flops(inputs)
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
-        main = inputs.get("input_ids") if isinstance(inputs, Mapping) else None
-        if main is None and isinstance(inputs, Mapping):
-            main = next((v for v in inputs.values() if isinstance(v, torch.Tensor)), None)
-        if main is None:
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow
             return 0
+        main = inputs.get("input_ids")
+        if main is None:
+            for value in inputs.values():
+                if isinstance(value, torch.Tensor):
+                    main = value
+                    break
+            else:
+                return 0
         items = main.numel() if not main.is_floating_point() else (main.shape[0] if main.dim() else 1)
         return 6 * self._num_params * items
 

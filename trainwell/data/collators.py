@@ -47,11 +47,14 @@ def _check_return_tensors(return_tensors: str) -> None:
         )
 
 
+_PLAIN_DICT = {dict}
+
+
 def _to_mappings(features: Sequence[Any]) -> list[Mapping[str, Any]]:
     """Accept mappings or plain objects (dataclasses, namespaces) whose ``__dict__`` holds the fields."""
     if len(features) == 0:
         raise ValueError("features is empty: a collator needs at least one example to build a batch.")
-    if all(type(f) is dict for f in features):  # the common case, checked without the (slow) ABC isinstance
+    if set(map(type, features)) == _PLAIN_DICT:  # the common case, checked without the (slow) ABC isinstance
         return features if isinstance(features, list) else list(features)
     rows = []
     for f in features:
@@ -142,7 +145,8 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     first = rows[0]
     batch: dict[str, Any] = {}
     for label_key in LABEL_KEYS:
-        _reject_string_labels(label_key, first.get(label_key))
+        if isinstance(first.get(label_key), str):
+            _reject_string_labels(label_key, first[label_key])
     for label_key in ("label", "label_ids"):
         if label_key in first and first[label_key] is not None:
             batch["labels"] = _labels_tensor([row[label_key] for row in rows])

@@ -102,7 +102,7 @@ class RemoveColumnsCollator:
         # Fast path (the common case): the examples carry only columns the model takes, so nothing is copied.
         # Examples of one dataset share their keys (the collators stack the first example's keys), so the first
         # one decides.
-        if isinstance(first, Mapping) and self._allowed.issuperset(first):
+        if (type(first) is dict or isinstance(first, Mapping)) and self._allowed.issuperset(first):
             return self.data_collator(features)
         return self.data_collator([self._remove_columns(f) for f in features])
 

@@ -156,12 +156,17 @@ def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any
             trainer.control = cb.on_substep_end(args, state, trainer.control)
 
 
-def _optimizer_update(trainer: Any, scheduler_per_step: bool) -> torch.Tensor | None:
+def _clip_norm(args: Any, backend: Any) -> float | None:
+    """The norm the loop clips gradients to (None: no clipping, or the engine clips inside its step)."""
+    if args.max_grad_norm is None or args.max_grad_norm <= 0 or backend.caps.handles_grad_accumulation:
+        return None
+    return args.max_grad_norm
+
+
+def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step: bool) -> torch.Tensor | None:
     """Clip, step the optimizer and the schedule, drop the gradients; returns the gradient norm (None unclipped)."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
-    grad_norm = None
-    if args.max_grad_norm is not None and args.max_grad_norm > 0 and not backend.caps.handles_grad_accumulation:
-        grad_norm = backend.clip_grad_norm(args.max_grad_norm)
+    grad_norm = backend.clip_grad_norm(clip_norm) if clip_norm is not None else None
     trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
     stepped = backend.optimizer_step()
     if backend.caps.handles_grad_accumulation:  # the engine clipped inside its step: ask it for the norm
@@ -198,6 +203,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     count_items = trainer._needs_num_items_in_batch()
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
+    clip_norm = _clip_norm(args, trainer.backend)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:
@@ -216,7 +222,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
             trainer.control = cb.on_step_begin(args, state, trainer.control)
             _forward_backward(trainer, loop, model, group, count_items, count_tokens)
             position.batches_in_epoch += len(group)
-            grad_norm = _optimizer_update(trainer, scheduler_per_step)
+            grad_norm = _optimizer_update(trainer, clip_norm, scheduler_per_step)
             state.global_step += 1
             state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
                                    if plan.micro_batches_per_epoch else 0.0)
