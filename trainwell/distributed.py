@@ -11,6 +11,8 @@ Nothing here has side effects at import time (except that :func:`read_launch_env
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -181,7 +183,8 @@ def close_process_group_at_exit() -> None:
     A process that leaves with its group still open has its communication threads torn down during C++ static
     destruction, and the rank hosting the rendezvous store can then abort ("terminate called without an active
     exception", SIGABRT) after a run that succeeded. At exit the ranks first meet on the store (bounded by a
-    timeout, so a peer that died cannot hold the exit up for long), then each closes its group.
+    timeout, so a peer that died cannot hold the exit up for long; skipped when leaving on an unhandled exception),
+    then each closes its group.
     """
     global _close_registered
     if _close_registered:
@@ -193,25 +196,34 @@ def close_process_group_at_exit() -> None:
 
 
 def _close_process_group() -> None:
-    import time
-
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return
     try:
-        world = dist.get_world_size()
-        if world > 1:
-            from torch.distributed.distributed_c10d import _get_default_store
-
-            store = _get_default_store()
-            store.add("trainwell_exit", 1)
-            deadline = time.monotonic() + _EXIT_BARRIER_TIMEOUT_S
-            while store.add("trainwell_exit", 0) < world and time.monotonic() < deadline:
-                time.sleep(0.01)
-        dist.destroy_process_group()
-    except Exception:  # a peer already gone: nothing more can be done at exit
+        _meet_at_exit(dist.get_world_size())
+    except Exception:  # the store's host already left: close without meeting
         pass
+    try:
+        dist.destroy_process_group()
+    except Exception:  # nothing more can be done at exit
+        pass
+
+
+def _meet_at_exit(world: int) -> None:
+    """Sign off on the rendezvous store, then wait (bounded) until every rank has; a failing rank does not wait."""
+    if world <= 1:
+        return
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    store = _get_default_store()
+    store.add("trainwell_exit", 1)
+    # Leaving on an unhandled exception (sys.last_value is set by then): peers may be blocked in a collective and
+    # never reach the exit, so the failing rank only signs off.
+    leaving_on_error = getattr(sys, "last_value", None) is not None
+    deadline = time.monotonic() + (0 if leaving_on_error else _EXIT_BARRIER_TIMEOUT_S)
+    while time.monotonic() < deadline and store.add("trainwell_exit", 0) < world:
+        time.sleep(0.01)
 
 
 def is_dist() -> bool:

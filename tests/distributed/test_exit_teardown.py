@@ -3,7 +3,8 @@
 Without the close, gloo's worker threads are torn down during interpreter finalization and a rank can abort with
 "terminate called without an active exception" after a run that succeeded. The job registers its own ``atexit``
 check *before* the Trainer exists; ``atexit`` runs handlers last-registered-first, so the check sees the state after
-trainwell's handler ran. torchrun runs this file as the job (``python test_exit_teardown.py OUT MODE``).
+trainwell's handler ran. A rank leaving on an unhandled exception signs off at once instead of waiting for peers that
+may be blocked in a collective. torchrun runs this file as the job (``python test_exit_teardown.py OUT MODE``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def _job(out: str, mode: str) -> None:
                              per_device_train_batch_size=2, save_strategy="no", report_to="none", disable_tqdm=True,
                              use_cpu=True)
     Trainer(model=Net(), args=args, train_dataset=data).train()
+    if mode == "raises":
+        import trainwell.distributed
+
+        trainwell.distributed._EXIT_BARRIER_TIMEOUT_S = 10.0 ** 6  # waiting for the blocked peer would hang
+        if rank == 1:
+            raise RuntimeError("rank 1 fails after training")
+        dist.barrier()  # rank 0 waits for a peer that never comes, until the launcher stops it
 
 
 @pytest.mark.parametrize("mode", ["trainwell", "user"])
@@ -62,6 +70,15 @@ def test_process_group_is_closed_at_exit_only_when_trainwell_created_it(tmp_path
     run(torchrun(Path(__file__).resolve(), out, mode), "the 2-rank job", timeout=300)
     expected = "closed" if mode == "trainwell" else "open"
     assert [Path(f"{out}.{r}").read_text() for r in (0, 1)] == [expected, expected]
+
+
+def test_a_rank_leaving_on_an_exception_closes_its_group_without_waiting_for_blocked_peers(tmp_path):
+    from launch import run, torchrun
+
+    out = tmp_path / "state"
+    done = run(torchrun(Path(__file__).resolve(), out, "raises"), "the 2-rank job", timeout=300, check=False)
+    assert done.returncode != 0 and "rank 1 fails after training" in done.stdout, done.stdout[-3000:]
+    assert Path(f"{out}.1").read_text() == "closed"
 
 
 if __name__ == "__main__":
