@@ -247,6 +247,21 @@ def get_world_size() -> int:
     return dist.get_world_size() if is_dist() else 1
 
 
+def any_rank(flags: "list[bool]", device: "torch.device | str | None" = None) -> list[bool]:
+    """For each flag, whether it is True on any rank (one all-reduce; a collective: every rank must call it).
+
+    Outside a process group the flags themselves. ``device`` is where the tensor lives (CUDA under NCCL).
+    """
+    if not is_dist():
+        return list(flags)
+    import torch
+    import torch.distributed as dist
+
+    tensor = torch.tensor([int(flag) for flag in flags], dtype=torch.int32, device=device or "cpu")
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [bool(value) for value in tensor.tolist()]
+
+
 def barrier() -> None:
     """Wait for every rank; a no-op in a single process."""
     import torch.distributed as dist

@@ -351,11 +351,9 @@ class TrainerCheckpointing:
             return guard.requested_on_any_rank(self.args.device)
         # async_save with several ranks: the same all-reduce tells every rank, at the same step, that a background
         # save failed somewhere; all then raise it together (wait() agrees on the saver's own group).
-        import torch.distributed as dist
+        from .distributed import any_rank
 
-        flags = torch.tensor([int(guard.requested), int(saver.failed)], dtype=torch.int32, device=self.args.device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        requested, failed = flags.tolist()
+        requested, failed = any_rank([guard.requested, saver.failed], self.args.device)
         if failed:
             saver.wait()
         return bool(requested)

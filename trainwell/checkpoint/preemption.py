@@ -90,13 +90,6 @@ class PreemptionGuard:
         Outside a process group this is :attr:`requested`. ``device`` is where the flag tensor lives (a CUDA
         device under NCCL; CPU under gloo).
         """
-        from ..distributed import is_dist
+        from ..distributed import any_rank
 
-        if not is_dist():
-            return self.requested
-        import torch
-        import torch.distributed as dist
-
-        flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32, device=device or "cpu")
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return any_rank([self.requested], device)[0]
