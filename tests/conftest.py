@@ -33,6 +33,32 @@ def _private_temp_folder(tmp_path_factory: pytest.TempPathFactory):
         os.environ["TMPDIR"] = previous_env
 
 
+_WATCHED_SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGCHLD")
+                         if hasattr(__import__("signal"), s))
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_left_as_found():
+    """A test leaves the process's signal handlers as it found them (Ray installs a SIGTERM handler that turns any
+    later SIGTERM into ``SystemExit: 15`` of whatever test runs then). Handlers a test changed are put back and the
+    test fails, naming them."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # pragma: no cover - pytest runs tests in main
+        yield
+        return
+    before = {name: signal.getsignal(getattr(signal, name)) for name in _WATCHED_SIGNALS}
+    yield
+    changed = []
+    for name, handler in before.items():
+        number = getattr(signal, name)
+        if signal.getsignal(number) is not handler:
+            changed.append(name)
+            signal.signal(number, handler)
+    assert not changed, f"the test left its own handler for {changed} installed (restored now)"
+
+
 class RegressionModel(nn.Module):
     """``y = w.x + b`` with a mean squared error; returns ``{"loss", "logits"}`` (loss None without labels)."""
 

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import signal
+
 import pytest
 import torch
 from torch import nn
@@ -110,6 +112,16 @@ def _check_search(best: Any, tmp_path: Path) -> None:
         assert trial.checkpoint is not None
         with trial.checkpoint.as_directory() as folder:
             assert (Path(folder) / "checkpoint-16" / "trainer_state.json").is_file()
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers():
+    """``ray.init`` installs its own SIGTERM/SIGINT handlers in this process; put back the ones the test found."""
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGCHLD") if hasattr(signal, n)]
+    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
+    yield
+    for name, handler in before.items():
+        signal.signal(getattr(signal, name), handler)
 
 
 class FailOnce(TrainerCallback):
