@@ -33,6 +33,7 @@ from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 from .events import CallbackHandler
 from .loops import train_hooks
 from .loops.eval_loop import EvaluationMixin
+from .loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
 from .loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from .logging_utils import setup_process_logging
 from .losses import LabelSmoother, extract_loss
@@ -103,9 +104,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
     # for a per-micro-batch mean; None decides from num_items_in_batch.
     loss_is_scaled_for_ga: bool | None = None
-    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every accumulation window
-    # (the number of micro-batches in it, or total rows / this micro-batch's rows when their sizes differ).
-    current_gradient_accumulation_steps: int | float = 1
+    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every micro-batch: the window's
+    # items (labels, or rows) over this micro-batch's (a tensor when counted over the ranks), so the window sums to
+    # the mean loss of one big batch.
+    current_gradient_accumulation_steps: int | float | torch.Tensor = 1
 
     def __init__(
         self,
@@ -429,9 +431,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         scaled = self.loss_is_scaled_for_ga
         if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
             scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
-        if not scaled and self.current_gradient_accumulation_steps != 1:
+        divisor = self.current_gradient_accumulation_steps
+        if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
             # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
-            loss = loss / self.current_gradient_accumulation_steps
+            loss = loss / divisor
         self.backend.backward(loss)
         return loss.detach()
 
@@ -442,20 +445,24 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
-    def _count_items(self, group: list[Any]) -> torch.Tensor | None:
-        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly;
-        summed over the ranks with ``average_tokens_across_devices`` (then ``compute_loss`` scales the loss back)."""
-        counts = [b["labels"].ne(-100).sum() for b in group
-                  if isinstance(b, Mapping) and isinstance(b.get("labels"), torch.Tensor)]
-        if not counts:
-            return None
-        total = torch.stack(counts).sum() if len(counts) > 1 else counts[0]
-        total = total.to(self.args.device)
-        if self.args.average_tokens_across_devices and self.args.world_size > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(total)  # the items of the whole global batch (one collective per optimizer step)
-        return total
+    def _window_scaler(self, first_batch: Any) -> WindowScaler:
+        """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
+        ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+        args = self.args
+        across = bool(args.average_tokens_across_devices) and args.world_size > 1
+        if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
+            rule = LossRule(True, "labels", "compute_loss_func")
+        elif self.label_smoother is not None:  # a mean over the unshifted labels (LabelSmoother)
+            rule = LossRule(False, "labels", "label smoothing")
+        elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
+            rule = LossRule(False, "labels", "one micro-batch per step")
+        else:
+            rule = probe_loss_rule(self.model, self._prepare_inputs(first_batch))
+            logger.info("Gradient accumulation with %s: %s", type(unwrap_model(self.model)).__name__,
+                        rule.describe())
+        if self.compute_loss_func is None:
+            self.model_accepts_loss_kwargs = rule.takes_num_items
+        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=across)
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -25,8 +24,9 @@ from ..data.loader import has_length
 from ..overrides import call_override
 from ..trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
+from .loss_scaling import WindowScaler, loss_divisors
 
-__all__ = ["DataPosition", "LoopState", "TrainPlan", "plan_training", "run_training"]
+__all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
 
 
 @dataclass
@@ -106,36 +106,12 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def _rows(batch: Any) -> int | None:
-    """The examples in a micro-batch: the first dimension of its first tensor (None when it cannot be told)."""
-    if isinstance(batch, Mapping):
-        for value in batch.values():
-            if isinstance(value, torch.Tensor) and value.dim():
-                return int(value.shape[0])
-    return None
-
-
-def loss_divisors(group: list[Any]) -> list[int | float]:
-    """What each micro-batch's mean loss is divided by, so that the window adds up to the mean loss of one big batch
-    of all its examples: the number of micro-batches when they hold as many rows each (upstream's divisor), else
-    the window's rows over the micro-batch's own rows (a short last batch of the epoch weighs what it holds)."""
-    n = len(group)
-    if n == 1:
-        return [1]
-    rows = [_rows(batch) for batch in group]
-    if None in rows or min(rows) == max(rows) or min(rows) <= 0:
-        return [n] * n
-    total = sum(rows)
-    return [total / r for r in rows]
-
-
-def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], count_items: bool,
+def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
                       count_tokens: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``loop``."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
     tr_loss, window_losses = loop.tr_loss, loop.window_losses
-    num_items = trainer._count_items(group) if count_items else None
-    divisors = loss_divisors(group)
+    num_items, divisors = scaler.window(group)
     last = len(group) - 1
     for i, inputs in enumerate(group):
         if count_tokens:
@@ -200,7 +176,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     cb.train_dataloader = dataloader
     tr_loss = loop.tr_loss
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
-    count_items = trainer._needs_num_items_in_batch()
+    scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
@@ -219,8 +195,10 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
             trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         for group in _accumulation_groups(iterator, args.gradient_accumulation_steps):
+            if scaler is None:
+                scaler = trainer._window_scaler(group[0])
             trainer.control = cb.on_step_begin(args, state, trainer.control)
-            _forward_backward(trainer, loop, model, group, count_items, count_tokens)
+            _forward_backward(trainer, loop, model, group, scaler, count_tokens)
             position.batches_in_epoch += len(group)
             grad_norm = _optimizer_update(trainer, clip_norm, scheduler_per_step)
             state.global_step += 1
