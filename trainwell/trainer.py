@@ -175,6 +175,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self.current_flos = 0.0
         self._skipped_steps = 0
         self._warned_non_finite = False
+        self._step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
         self._train_batch_size = self._requested_batch_size = args.train_batch_size
         self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
@@ -626,7 +627,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         logs: dict[str, float] = {"loss": window / steps}
         if grad_norm is not None:
             logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
-        logs["learning_rate"] = self._get_learning_rate()
+        logs["learning_rate"] = self._logged_learning_rate()
         self.store_flos()
         self.log(logs)
 
@@ -649,6 +650,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _globalstep_last_logged(self, value: int) -> None:
         if self._loop is not None:
             self._loop.last_logged_step = value
+
+    def _logged_learning_rate(self) -> float:
+        """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
+        used = self._step_learning_rate
+        return used if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:

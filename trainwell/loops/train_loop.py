@@ -149,6 +149,7 @@ def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step:
         grad_norm = backend.last_grad_norm()
     trainer.control = cb.on_optimizer_step(args, state, trainer.control)
     if stepped and scheduler_per_step:
+        trainer._step_learning_rate = trainer._get_learning_rate()  # what the step used: the one logged (upstream)
         trainer.lr_scheduler.step()
     elif not stepped:
         trainer._skipped_steps += 1
@@ -177,6 +178,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     tr_loss = loop.tr_loss
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
     scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
+    trainer._step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
