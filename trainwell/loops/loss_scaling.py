@@ -217,13 +217,13 @@ class WindowScaler:
     def window(self, group: list[Any]) -> tuple[torch.Tensor | None, list[Any]]:
         """``(num_items_in_batch or None, divisor of each micro-batch)`` for the micro-batches of one step."""
         n = len(group)
+        if n == 1 and not self.across_ranks and not self.rule.takes_num_items:  # the model's own mean as it is
+            return None, [1]
         counts = [count_items(batch, self.rule.count) for batch in group]
         if any(c is None for c in counts):
             return None, loss_divisors(group)  # no labels: this rank's rows
-        if n == 1 and not self.across_ranks and not self.rule.takes_num_items:
-            return None, [1]
         local = [c if isinstance(c, torch.Tensor) else torch.tensor(c) for c in counts]
-        total = (torch.stack(local).sum() if n > 1 else local[0]).to(self.device)
+        total = torch.stack(local).sum().to(self.device)  # a new tensor: the all-reduce below must not alias a count
         if self.across_ranks:
             import torch.distributed as dist
 
