@@ -30,6 +30,7 @@ from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_data
 from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
 from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+from .distributed import all_gather_object
 from .events import CallbackHandler
 from .loops import train_hooks
 from .loops.eval_loop import EvaluationMixin
@@ -459,6 +460,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             rule = LossRule(False, "labels", "one micro-batch per step")
         else:
             rule = probe_loss_rule(self.model, self._prepare_inputs(first_batch))
+            if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
+                rule = all_gather_object(rule)[0]
             logger.info("Gradient accumulation with %s: %s", type(unwrap_model(self.model)).__name__,
                         rule.describe())
         if self.compute_loss_func is None:

@@ -223,19 +223,20 @@ class WindowScaler:
         if any(c is None for c in counts):
             return None, loss_divisors(group)  # no labels: this rank's rows
         local = [c if isinstance(c, torch.Tensor) else torch.tensor(c) for c in counts]
-        total = torch.stack(local).sum().to(self.device)  # a new tensor: the all-reduce below must not alias a count
+        summed = torch.stack(local).sum()  # a new tensor (where the labels are): the all-reduce must not alias a count
         if self.across_ranks:
             import torch.distributed as dist
 
+            total = summed.to(self.device)
             dist.all_reduce(total)  # the items of the whole global window (one collective per optimizer step)
-        num_items = total if self.rule.takes_num_items else None
-        if self.across_ranks:
             # every rank's micro-batch weighs c / C over the global window; DDP's mean over ranks divides by W
-            return num_items, [total / (c.to(self.device) * self.world_size) for c in local]
-        if total.device.type == "cpu":
-            whole = float(total)
+            return (total if self.rule.takes_num_items else None,
+                    [total / (c.to(self.device) * self.world_size) for c in local])
+        num_items = summed.to(self.device) if self.rule.takes_num_items else None
+        if summed.device.type == "cpu":  # python numbers: no copy to the device for a mean loss
+            whole = float(summed)
             return num_items, [whole / float(c) for c in local]
-        return num_items, [total / c.to(self.device) for c in local]
+        return num_items, [summed / c for c in local]
 
 
 def _by_share(counts: list[float]) -> list[float]:
