@@ -196,6 +196,23 @@ def test_probe_reads_what_each_loss_averages_over_and_changes_nothing():
         assert all(torch.equal(v, weights[k]) for k, v in model.state_dict().items()), name
 
 
+def test_a_declared_mean_causal_lm_is_weighted_by_its_shifted_labels(tmp_path):
+    """``accepts_loss_kwargs = False`` (upstream's declaration) is believed: num_items_in_batch is not passed, and
+    the probe still finds that the mean is over the shifted labels, so the step is the big batch's."""
+    import trainwell
+    from trainwell.loops.loss_scaling import probe_loss_rule
+
+    start = build("GPT2LMHeadModel")
+    truth, truth_loss = big_batch("GPT2LMHeadModel", start)
+    model = copy.deepcopy(start)
+    model.accepts_loss_kwargs = False
+    rule = probe_loss_rule(model, _stack(rows_for("GPT2LMHeadModel")[:4]))  # halves of 3 and 16 labels (1 and 14)
+    assert (rule.takes_num_items, rule.count, rule.how) == (False, "shifted", "probed: a mean over its own items")
+    trained, logged = train(trainwell, model, rows_for("GPT2LMHeadModel"), 4, tmp_path)
+    _same_update(update(trained, start), truth)
+    assert logged == pytest.approx(truth_loss, rel=1e-5)
+
+
 def test_probe_tells_a_row_mean_from_a_token_mean():
     from torch import nn
     from torch.nn import functional as F

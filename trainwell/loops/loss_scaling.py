@@ -86,11 +86,12 @@ def count_items(batch: Any, count: str) -> torch.Tensor | int | None:
 
 
 def _causal_by_type(model: nn.Module) -> bool:
-    """Upstream's rule for a causal LM (``loss_type`` ``ForCausalLM``, not an encoder-decoder, which feeds
-    right-shifted decoder inputs so that every label is a target)."""
-    loss_type = getattr(model, "loss_type", None) or ""
+    """A causal LM by its type: ``loss_type`` ``ForCausalLM`` (upstream's rule) or a class named ``...CausalLM`` /
+    ``...LMHeadModel`` (GPT-2's, which upstream's rule misses), and not an encoder-decoder (which feeds right-shifted
+    decoder inputs, so every label is a target)."""
+    names = f"{getattr(model, 'loss_type', None) or ''} {type(model).__name__}"
     config = getattr(model, "config", None)
-    return "CausalLM" in str(loss_type) and not getattr(config, "is_encoder_decoder", False)
+    return ("CausalLM" in names or "LMHeadModel" in names) and not getattr(config, "is_encoder_decoder", False)
 
 
 @contextlib.contextmanager
@@ -124,12 +125,19 @@ def _halves(inputs: Mapping[str, Any], rows: int) -> tuple[dict[str, Any], dict[
 
 
 def _fit(candidates: dict[str, float], measured: float) -> str | None:
-    """The candidate count whose prediction matches ``measured``, when exactly one does and the candidates differ."""
+    """The one candidate count whose prediction matches ``measured`` (to 1e-4, and 10 times closer than any
+    candidate predicting something else); None when none does or several predict the same (this batch cannot tell)."""
     scale = max(abs(measured), 1e-12)
-    close = [name for name, value in candidates.items() if abs(value - measured) <= 1e-4 * scale]
-    spread = max(candidates.values()) - min(candidates.values())
-    return close[0] if len(close) >= 1 and spread > 1e-3 * scale and len(set(
-        round(candidates[name] / scale, 6) for name in close)) == 1 else None
+    candidates = {name: value for name, value in candidates.items() if math.isfinite(value)}
+    errors = sorted((abs(value - measured) / scale, name) for name, value in candidates.items())
+    if not errors or errors[0][0] > 1e-4:
+        return None
+    best_error, best = errors[0]
+    for error, name in errors[1:]:
+        same = abs(candidates[name] - candidates[best]) / scale <= 1e-6
+        if same or error < 10 * max(best_error, 1e-7):
+            return None
+    return best
 
 
 def _counts(inputs: Mapping[str, Any]) -> dict[str, float]:
@@ -160,7 +168,9 @@ def _probe(model: nn.Module, inputs: Mapping[str, Any], try_num_items: bool) -> 
         for name in COUNTS:
             a, b = count_items(first, name), count_items(second, name)
             if a is not None and b is not None and float(a) + float(b) > 0:
-                predicted[name] = (float(a) * loss_a + float(b) * loss_b) / (float(a) + float(b))
+                # a half without items has no mean (nan): it adds nothing to the whole
+                terms = [(float(w), loss) for w, loss in ((a, loss_a), (b, loss_b)) if float(w) > 0]
+                predicted[name] = sum(w * loss for w, loss in terms) / sum(w for w, _ in terms)
         return False, _fit(predicted, mean), "probed: a mean over its own items"
 
 

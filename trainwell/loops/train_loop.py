@@ -151,8 +151,10 @@ def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step:
     if stepped and scheduler_per_step:
         trainer._step_learning_rate = trainer._get_learning_rate()  # what the step used: the one logged (upstream)
         trainer.lr_scheduler.step()
-    elif not stepped:
-        trainer._skipped_steps += 1
+    else:  # the rate did not move: the logs read it as it is
+        trainer._step_learning_rate = None
+        if not stepped:
+            trainer._skipped_steps += 1
     backend.zero_grad()
     return grad_norm
 
