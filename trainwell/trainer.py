@@ -456,6 +456,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             rule = LossRule(True, "labels", "compute_loss_func")
         elif self.label_smoother is not None:  # a mean over the unshifted labels (LabelSmoother)
             rule = LossRule(False, "labels", "label smoothing")
+        elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
+            rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
         elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
             rule = LossRule(False, "labels", "one micro-batch per step")
         else:

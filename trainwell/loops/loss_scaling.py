@@ -9,9 +9,12 @@ A model's loss is one of two kinds, and the window is normalised accordingly:
   micro-batch's mean is weighted by its share of the window's labelled items (its rows when there are no labels).
 
 Which kind, and which items, is decided once per ``train()`` from what the model does (:func:`probe_loss_rule`): a
-model may declare it (upstream's ``accepts_loss_kwargs`` class attribute); otherwise two no-grad forwards of the first
-micro-batch in eval mode, under ``torch.random.fork_rng``, tell whether the loss moves with ``num_items_in_batch``
-and, if it does, by how many items the model's own mean divides. Neither the random streams nor the data change.
+model may declare the kind (upstream's ``accepts_loss_kwargs`` class attribute); otherwise no-grad forwards of the
+first micro-batch in eval mode, under ``torch.random.fork_rng``, tell whether the loss moves with
+``num_items_in_batch`` and, if it does, by how many items the model's own mean divides; for a mean, the losses of
+the batch's two halves of rows tell which count weighs them into the whole. Neither the random streams, the data nor
+the weights change. :class:`WindowScaler` then gives every optimizer step its ``num_items_in_batch`` and each
+micro-batch's divisor.
 """
 
 from __future__ import annotations
@@ -33,8 +36,6 @@ logger = logging.getLogger("trainwell")
 
 # num_items_in_batch handed to the probe forward: a value no real item count takes, so sum / N differs from the mean
 _PROBE_ITEMS = 1000.5
-
-
 COUNTS = ("rows", "labels", "shifted")  # what a loss can average over: examples, labelled items, shifted labels
 
 
