@@ -659,7 +659,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _logged_learning_rate(self) -> float:
         """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
         used = self._step_learning_rate
-        return used if used is not None else self._get_learning_rate()
+        return float(used) if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:

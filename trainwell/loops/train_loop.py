@@ -149,7 +149,7 @@ def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step:
         grad_norm = backend.last_grad_norm()
     trainer.control = cb.on_optimizer_step(args, state, trainer.control)
     if stepped and scheduler_per_step:
-        trainer._step_learning_rate = trainer._get_learning_rate()  # what the step used: the one logged (upstream)
+        trainer._step_learning_rate = trainer.lr_scheduler.get_last_lr()[0]  # what the step used: logged (upstream)
         trainer.lr_scheduler.step()
     else:  # the rate did not move: the logs read it as it is
         trainer._step_learning_rate = None
