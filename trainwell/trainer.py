@@ -9,6 +9,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -257,14 +258,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
             sampler = (call_override(self, "_get_train_sampler", dataset) if train
                        else self._get_eval_sampler(dataset))
-        generator = torch.Generator()
-        generator.manual_seed(self.args.seed)
+        # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
+        # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
+        workers = self.args.dataloader_num_workers
+        worker_init = partial(seed_worker, num_workers=workers, rank=self.args.process_index) if train else None
         return build_dataloader(
             dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
-            drop_last=self.args.dataloader_drop_last, num_workers=self.args.dataloader_num_workers,
+            drop_last=self.args.dataloader_drop_last, num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
             persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=seed_worker, generator=generator)
+            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=worker_init)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
