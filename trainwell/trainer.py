@@ -273,7 +273,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
         dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
+        # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
+        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index,
+                      shard_batch_size=self._train_batch_size)
         if self.args.group_by_length:
             lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
             return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
