@@ -181,6 +181,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._input_dtype: torch.dtype | None = None
         self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
+        self._main_input: str | None = None
         self._model_flops: Callable[[Any], int] | None = None
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
@@ -472,8 +473,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         model = self.model  # always the unwrapped module
         if self._flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
             self._flops_owner, self._model_flops = model, getattr(model, "floating_point_ops", None)
+            # transformers 5 models have no floating_point_ops; upstream counts their non-embedding parameters
+            counter = getattr(model, "num_parameters", None)
+            self._main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
+            self._num_params = counter(exclude_embeddings=True) if callable(counter) else None
         if self._model_flops is not None:
             return self._model_flops(inputs)
+        if self._main_input is not None and isinstance(inputs, Mapping) and self._main_input in inputs:
+            return 6 * inputs[self._main_input].numel() * self._num_params
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
         if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow
