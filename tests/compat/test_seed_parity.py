@@ -163,3 +163,26 @@ def test_console_shows_logs_as_upstream(capsys: pytest.CaptureFixture[str]) -> N
     ours, theirs = capsys.readouterr().out.splitlines()[::-1]
     assert ours == theirs == "{'loss': '0.6931', 'grad_norm': '12.35', 'learning_rate': '9.583e-05', " \
                              "'epoch': '0.08333', 'step': 2}"
+
+
+# -- which examples each rank trains on --------------------------------------------------------------------------
+@pytest.mark.parametrize("total", [3, 10, 16, 17])
+@pytest.mark.parametrize("batch_size", [1, 2, 4])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_ranks_take_the_batches_accelerate_gives_them(total: int, batch_size: int, drop_last: bool) -> None:
+    """The upstream Trainer's ranks read accelerate's BatchSamplerShard over one seeded order: whole batches in turn,
+    the last round completed from the start of the order (or dropped with drop_last)."""
+    from accelerate.data_loader import BatchSamplerShard
+    from torch.utils.data import BatchSampler
+
+    from trainwell.data.samplers import ResumableSampler
+
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(5)).tolist()
+    for replicas in (2, 3):
+        for rank in range(replicas):
+            ours = ResumableSampler(total, seed=5, num_replicas=replicas, rank=rank, drop_last=drop_last,
+                                    shard_batch_size=batch_size)
+            shard = BatchSamplerShard(BatchSampler(order, batch_size, drop_last), num_processes=replicas,
+                                      process_index=rank)
+            theirs = [i for batch in shard for i in batch]
+            assert list(ours) == theirs and len(ours) == len(theirs)
