@@ -9,6 +9,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -184,6 +185,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._input_dtype: torch.dtype | None = None
         self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
+        self._main_input: str | None = None
         self._model_flops: Callable[[Any], int] | None = None
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
@@ -261,20 +263,24 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
             sampler = (call_override(self, "_get_train_sampler", dataset) if train
                        else self._get_eval_sampler(dataset))
-        generator = torch.Generator()
-        generator.manual_seed(self.args.seed)
+        # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
+        # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
+        workers = self.args.dataloader_num_workers
+        worker_init = partial(seed_worker, num_workers=workers, rank=self.args.process_index) if train else None
         return build_dataloader(
             dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
-            drop_last=self.args.dataloader_drop_last, num_workers=self.args.dataloader_num_workers,
+            drop_last=self.args.dataloader_drop_last, num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
             persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=seed_worker, generator=generator)
+            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=worker_init)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
         dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
+        # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
+        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index,
+                      shard_batch_size=self._train_batch_size)
         if self.args.group_by_length:
             lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
             return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
@@ -480,8 +486,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         model = self.model  # always the unwrapped module
         if self._flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
             self._flops_owner, self._model_flops = model, getattr(model, "floating_point_ops", None)
+            # transformers 5 models have no floating_point_ops; upstream counts their non-embedding parameters
+            counter = getattr(model, "num_parameters", None)
+            self._main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
+            self._num_params = counter(exclude_embeddings=True) if callable(counter) else None
         if self._model_flops is not None:
             return self._model_flops(inputs)
+        if self._main_input is not None and isinstance(inputs, Mapping) and self._main_input in inputs:
+            return 6 * inputs[self._main_input].numel() * self._num_params
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
         if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow

@@ -90,20 +90,23 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     for obj in (sampler, inner, getattr(dataloader, "dataset", None)):
         if obj is not None and hasattr(obj, "set_epoch"):
             obj.set_epoch(epoch)
-    # Worker seeds are drawn from the loader's generator, and an iterable dataset may shuffle with its own: both are
-    # seeded as a function of the epoch, so every epoch differs and a resumed run redraws the same numbers.
-    for generator in (getattr(dataloader, "generator", None), getattr(dataloader.dataset, "generator", None)):
-        if isinstance(generator, torch.Generator):
-            generator.manual_seed(trainer.args.seed + epoch)
+    # An iterable dataset may shuffle with its own generator: seeded as a function of the epoch, so every epoch
+    # differs and a resumed run redraws the same numbers.
+    generator = getattr(dataloader.dataset, "generator", None)
+    if isinstance(generator, torch.Generator):
+        generator.manual_seed(trainer.args.seed + epoch)
     if skip_batches <= 0:
-        return iter(dataloader)
-    seekable = inner if inner is not None and hasattr(inner, "skip") else None
-    if seekable is not None and batch_sampler is not None:
-        seekable.skip(skip_batches * batch_sampler.batch_size)
-        return iter(dataloader)
-    from ..data.samplers import skip_first_batches
+        return iter(dataloader)  # draws the workers' base seed from the global stream, as upstream's loader does
+    # A resumed epoch: the uninterrupted run drew the base seed before the checkpoint's RNG state was saved, so this
+    # pass must not draw again (the restored stream would shift by one number and change every dropout mask).
+    with torch.random.fork_rng(devices=[]):
+        seekable = inner if inner is not None and hasattr(inner, "skip") else None
+        if seekable is not None and batch_sampler is not None:
+            seekable.skip(skip_batches * batch_sampler.batch_size)
+            return iter(dataloader)
+        from ..data.samplers import skip_first_batches
 
-    return iter(skip_first_batches(iter(dataloader), skip_batches))
+        return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
 def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
