@@ -101,6 +101,7 @@ def reference(tmp_path_factory):
     return runs
 
 
+@pytest.mark.slow
 def test_async_checkpoints_hold_the_same_bytes_as_sync(reference):
     sync, async_ = reference["sync"], reference["async"]
     assert [p.name for p in list_complete_checkpoints(async_)] == [p.name for p in list_complete_checkpoints(sync)] \
@@ -118,6 +119,7 @@ def test_async_checkpoints_hold_the_same_bytes_as_sync(reference):
         assert torch.equal(value, _final(async_)[key])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["files", "rename"])
 def test_a_kill_during_the_background_write_resumes_from_the_previous_checkpoint(reference, tmp_path, phase):
     out = tmp_path / "out"
@@ -224,6 +226,7 @@ REFUSED = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_async_save_is_refused_with_an_engine_that_writes_its_own_files(tmp_path):
     script = tmp_path / "refused.py"
     script.write_text(REFUSED)
