@@ -93,10 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `trainwell train --help | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if debug:
             raise
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
     except Exception as exc:
         if debug:

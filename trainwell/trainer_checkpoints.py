@@ -317,7 +317,25 @@ class TrainerCheckpointing:
         return exported
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
-        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
+        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones.
+
+        A second Ctrl-C during the save (a stop was already requested) quits at once, saying which checkpoint is
+        left to resume from.
+        """
+        try:
+            return self._write_checkpoint(tr_loss)
+        except KeyboardInterrupt:
+            guard = self._preemption
+            if guard is None or not guard.requested:
+                raise
+            self._close_progress_bars()
+            newest = list_complete_checkpoints(self.args.output_dir)
+            raise KeyboardInterrupt(
+                f"second {guard.signal_name or 'interrupt'} during the save of step {self.state.global_step}: "
+                f"quitting without that checkpoint; the newest valid one is "
+                f"{newest[-1] if newest else 'none (nothing to resume from)'}") from None
+
+    def _write_checkpoint(self, tr_loss: torch.Tensor | None) -> Path:
         step = self.state.global_step
         folder = self._checkpoints.checkpoint_dir(step)
         if self.state.best_global_step == step and self.args.metric_for_best_model:
