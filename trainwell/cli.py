@@ -338,6 +338,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     from .callbacks.logfile import LogFileCallback
     from .trainer_utils import set_seed
 
+    use_recipe_threads(recipe)
     set_seed(args.seed)  # before building, so the model's initial weights follow --seed
     components = recipe.build()
     if components.train_dataset is None:
@@ -360,6 +361,19 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     if trainer.is_world_process_zero():
         print(format_summary(recipe, args, result, eval_metrics, extra, checkpoint=trainer._checkpoint_of_this_run()))
     return 0
+
+
+def use_recipe_threads(recipe: Any, environ: Any = None) -> int | None:
+    """Set torch's thread count to the recipe's ``num_threads`` unless the user chose one (``OMP_NUM_THREADS``);
+    returns the count set, or None."""
+    environ = os.environ if environ is None else environ
+    wanted = getattr(recipe, "num_threads", None)
+    if wanted is None or environ.get("OMP_NUM_THREADS"):
+        return None
+    import torch
+
+    torch.set_num_threads(wanted)
+    return wanted
 
 
 def use_plain_progress(trainer: Any, stream: Any = None) -> None:

@@ -74,4 +74,4 @@ def default_recipe() -> Recipe:
     """The built-in recipe: a 2-layer character transformer on the standard library's docstrings."""
     return Recipe(name="built-in: char-level transformer on Python stdlib docstrings",
                   args=dict(DEFAULT_RECIPE_ARGS), build=_build_default, finish=_finish_default,
-                  language_model=True)
+                  language_model=True, num_threads=1)
