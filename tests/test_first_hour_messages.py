@@ -176,6 +176,7 @@ class _Wide(nn.Module):
         return {"loss": self.linear(x).pow(2).mean()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_save", [False, True])
 def test_a_save_on_a_real_full_disk_says_disk_full_first(full_disk, async_save):
     data = [{"x": torch.ones(1024)}] * 4

@@ -53,7 +53,7 @@ def build_top_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="trainwell: train PyTorch models with the familiar Trainer / TrainingArguments API.",
         epilog="Run 'trainwell <command> --help' for the options of a command. "
-        "Start with 'trainwell train': it trains a small built-in model in about 35 s on 2 CPU cores.",
+        "Start with 'trainwell train': it trains a small built-in model in about a minute of CPU time.",
     )
     parser.add_argument("--version", action="store_true", help="print the trainwell version and exit")
     parser.add_argument("--debug", action="store_true",
@@ -141,7 +141,7 @@ Train a model with trainwell's Trainer.
   trainwell train
       Train the built-in recipe: a small character-level transformer language model on the text of Python's
       own standard-library docstrings (no download, no extra package). Progress bar, evaluation every
-      200 steps, checkpoints in ./trainwell-output, a summary at the end; about 35 s on 2 CPU cores. Then
+      200 steps, checkpoints in ./trainwell-output, a summary at the end; about a minute of CPU time. Then
       'trainwell plot trainwell-output' draws its curves, 'trainwell generate trainwell-output "Return the"'
       samples from the saved model, and trainwell-output/train.log holds the logs.
 

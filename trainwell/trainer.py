@@ -701,15 +701,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         train_loss = self._loop.final_total() / steps
         if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
             self._load_best_model()
-        # The steps and samples this call ran: a preempted, stopped or resumed run did not run the whole plan
-        # (upstream divides the planned max_steps by the runtime).
-        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
-        if steps_run != plan.max_steps:
-            num_samples = steps_run * plan.total_train_batch_size
-        elif plan.micro_batches_per_epoch and self.args.max_steps <= 0:
+        if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
             num_samples = plan.num_examples * self.args.num_train_epochs
         else:
             num_samples = plan.max_steps * plan.total_train_batch_size
+        # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
+        # whole plan (the seeds' versions divided the planned max_steps by the runtime).
+        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
+        num_samples = num_samples * steps_run / max(plan.max_steps, 1)
         tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
         metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
                                           num_tokens=tokens)
