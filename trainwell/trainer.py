@@ -38,7 +38,7 @@ from .loops.eval_loop import EvaluationMixin
 from .loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
 from .loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from .logging_utils import setup_process_logging
-from .losses import LabelSmoother, extract_loss
+from .losses import LabelSmoother, explain_rejected_labels, extract_loss
 from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
                           find_labels, forward_parameters, unwrap_model)
@@ -155,6 +155,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         _check_before_training(args, train_dataset, eval_dataset)
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
+        self._check_metric_for_best_model()
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
@@ -193,6 +194,25 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
+
+    # What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
+    _METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
+                                "jit_compilation_time", "tokens_per_second")
+
+    def _check_metric_for_best_model(self) -> None:
+        """Refuse now a ``metric_for_best_model`` no evaluation can return (upstream fails at the first evaluation,
+        after a checkpoint was written)."""
+        name = self.args.metric_for_best_model
+        strategy = getattr(self.args.eval_strategy, "value", self.args.eval_strategy)
+        if not name or self.compute_metrics is not None or strategy == "no":
+            return
+        custom = type(self).evaluate is not Trainer.evaluate or type(self).evaluation_loop is not Trainer.evaluation_loop
+        if custom or name.removeprefix("eval_") in self._METRICS_WITHOUT_COMPUTE:
+            return
+        raise ValueError(
+            f"metric_for_best_model={name!r} cannot be computed: without compute_metrics an evaluation returns only "
+            f"eval_loss (and its speed). Pass compute_metrics=... returning {{{name.removeprefix('eval_')!r}: ...}}, "
+            "or set metric_for_best_model='loss' (the default with load_best_model_at_end).")
 
     def _initial_model(self, model: nn.Module | None, model_init: Callable[..., nn.Module] | None) -> nn.Module:
         """The model passed in, or the one ``model_init`` builds; a clear error for anything else."""
@@ -407,7 +427,13 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             labels = inputs.pop("labels")
         if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
             inputs = {**inputs, "num_items_in_batch": num_items_in_batch}
-        outputs = model(**inputs)
+        try:
+            outputs = model(**inputs)
+        except TypeError as err:
+            explained = explain_rejected_labels(err, model, inputs, self.label_names)
+            if explained is None:
+                raise
+            raise explained from err
         if self.args.past_index >= 0:
             self._past = outputs[self.args.past_index]
         if labels is not None and self.compute_loss_func is not None:
@@ -705,13 +731,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         train_loss = self._loop.final_total() / steps
         if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
             self._load_best_model()
-        if plan.micro_batches_per_epoch:
-            num_samples = (plan.max_steps * plan.total_train_batch_size if self.args.max_steps > 0
-                           else plan.num_examples * self.args.num_train_epochs)
+        if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
+            num_samples = plan.num_examples * self.args.num_train_epochs
         else:
             num_samples = plan.max_steps * plan.total_train_batch_size
+        # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
+        # whole plan (the seeds' versions divided the planned max_steps by the runtime).
+        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
+        num_samples = num_samples * steps_run / max(plan.max_steps, 1)
         tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
-        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps,
+        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
                                           num_tokens=tokens)
         self.store_flos()
         metrics["total_flos"] = self.state.total_flos

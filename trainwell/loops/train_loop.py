@@ -187,6 +187,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
+    trainer._steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:
