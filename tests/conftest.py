@@ -88,6 +88,19 @@ def _signal_handlers_left_as_found():
     assert not changed, f"the test left its own handler for {changed} installed (restored now)"
 
 
+@pytest.fixture(autouse=True)
+def _library_log_levels_left_as_found():
+    """The ``trainwell`` and ``transformers`` loggers' levels are put back after each test: a Trainer with a
+    ``log_level`` sets them (as upstream sets transformers' verbosity), and ``log_level="passive"`` reads them."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("trainwell", "transformers")]
+    before = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, before):
+        logger.setLevel(level)
+
+
 class RegressionModel(nn.Module):
     """``y = w.x + b`` with a mean squared error; returns ``{"loss", "logits"}`` (loss None without labels)."""
 
