@@ -55,10 +55,12 @@ def rng_file_to_restore(folder: str | os.PathLike, rank: int, world_size: int) -
     if own.is_file():
         return own, False
     saved = saved_rng_files(folder)
-    saved_world = max(saved) + 1 if saved else 0
-    if not saved or saved_world == world_size:
+    # a complete set: rng_state.pth alone (one process), or rng_state_0..W-1 with W >= 2; anything else is damage
+    complete = sorted(saved) == list(range(len(saved))) and (len(saved) >= 2 or (Path(folder) / "rng_state.pth")
+                                                               .is_file())
+    if not saved or not complete or len(saved) == world_size:
         return None, False
-    return saved.get(rank % saved_world), True
+    return saved[rank % len(saved)], True
 
 
 def _numpy_state() -> tuple:
