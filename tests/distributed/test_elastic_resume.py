@@ -4,7 +4,7 @@ global batch (``gradient_accumulation_steps`` scaled), ending within float noise
 Per backend, ``elastic_job.py`` trains 12 steps from scratch on 2 ranks (``a2``) and on 1 (``a1``; the ground truth
 that both sizes train the same model, up to the order of the reductions), then resumes ``a2``'s ``checkpoint-6`` on 1
 process (``r21``) and ``a1``'s on 2 (``r12``): the final weights must equal those of the uninterrupted run of the
-checkpoint's size. Before the fix FSDP2 2 -> 1 resumed with a fresh optimizer (7e-2 off), FSDP2 1 -> 2 and ZeRO 2 -> 1
+checkpoint's size; DDP resumes FSDP2's sharded checkpoint the same way. Before the fix FSDP2 2 -> 1 resumed with a fresh optimizer (7e-2 off), FSDP2 1 -> 2 and ZeRO 2 -> 1
 were refused. A DeepSpeed checkpoint resumed without DeepSpeed, and an FSDP one with DeepSpeed, are refused before
 anything is loaded, with a message naming what differs and the way out.
 """
@@ -23,12 +23,14 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("elastic_job.py")
 TIMEOUT_S = 400
-# the runs of each launch, in order: (processes, [RUN, ...]) (see elastic_job.py); zero3 covers 2 -> 1 only
+# the runs of each launch, in order: (processes, [RUN, ...]) (see elastic_job.py)
 LAUNCHES = {
     "fsdp": [(2, ["a2"]), (1, ["a1", "r21=fsdp/a2/checkpoint-6"]), (2, ["r12=fsdp/a1/checkpoint-6"])],
     "zero2": [(2, ["a2"]), (1, ["a1", "r21=zero2/a2/checkpoint-6"]),
               (2, ["r12=zero2/a1/checkpoint-6", "refused=fsdp/a2/checkpoint-6"])],
-    "zero3": [(2, ["a2"]), (1, ["r21=zero3/a2/checkpoint-6"])],
+    "zero3": [(2, ["a2"]), (1, ["a1", "r21=zero3/a2/checkpoint-6"]), (2, ["r12=zero3/a1/checkpoint-6"])],
+    # DDP on 2 ranks resumes FSDP2's sharded checkpoint (every rank reads fsdp_state/ whole through DCP)
+    "ddp": [(2, ["from_fsdp=fsdp/a2/checkpoint-6"])],
 }
 FLOAT_NOISE = 1e-6  # measured: 6e-8 to 1.2e-7 on every backend and direction
 
@@ -72,7 +74,7 @@ def _assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -
 
 
 CASES = [("fsdp", "r21", "a2"), ("fsdp", "r12", "a1"), ("zero2", "r21", "a2"), ("zero2", "r12", "a1"),
-         ("zero3", "r21", "a2")]
+         ("zero3", "r21", "a2"), ("zero3", "r12", "a1")]
 
 
 @pytest.mark.parametrize(("backend", "resumed", "uninterrupted"), CASES)
@@ -91,6 +93,15 @@ def test_resized_resume_ends_on_the_uninterrupted_weights(root, backend, resumed
     assert json.loads((out / resumed / "result.json").read_text())["global_step"] == 12
     _assert_close(_weights(out / resumed), want)
     assert not [p.name for p in out.rglob(".tmp-universal-*")]  # the DeepSpeed conversion is removed
+
+
+def test_ddp_resumes_a_sharded_fsdp_checkpoint(root):
+    """FSDP2 and DDP train the same model with the same optimizer: DDP reads FSDP's shards whole and ends on the
+    weights of the uninterrupted FSDP2 run."""
+    import json
+
+    assert json.loads((root / "ddp" / "from_fsdp" / "result.json").read_text()) == {"global_step": 12, "world_size": 2}
+    _assert_close(_weights(root / "ddp" / "from_fsdp"), _weights(root / "fsdp" / "a2"))
 
 
 def test_a_checkpoint_of_fsdp_is_refused_by_deepspeed(root):
