@@ -27,7 +27,9 @@ Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer sta
 ``torch.distributed.checkpoint`` into ``<checkpoint>/fsdp_state`` (every rank writes its shard: fast, but the
 folder must be on a file system that every rank sees); the checkpoint also holds the consolidated
 ``model.safetensors`` gathered by :meth:`full_state_dict`. ``model.load_state_dict`` accepts full (unsharded)
-tensors: they are cut into this rank's shards.
+tensors: they are cut into this rank's shards. DCP reshards ``fsdp_state`` for any number of ranks; a checkpoint of
+``fsdp`` on one process (which trains on one device and writes ``optimizer.pt``) is cut into shards the same way
+(:mod:`trainwell.backends.elastic`).
 """
 
 from __future__ import annotations
@@ -299,7 +301,8 @@ class FSDPBackend(SingleDeviceBackend):
         return write
 
     def load(self, folder: Path) -> None:
-        """Read what :meth:`save` wrote; raises CheckpointError when it is missing (an interrupted save)."""
+        """Read what :meth:`save` wrote (or a one-process ``optimizer.pt``, resharded); raises CheckpointError when
+        neither is there (an interrupted save)."""
         if not self._sharded:
             return
         path = Path(folder) / FSDP_STATE_DIR

@@ -293,8 +293,8 @@ class DeepSpeedBackend:
             logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
                            "are restored, the optimizer and scheduler start fresh", folder)
             return
-        from ..elastic import deepspeed_shards
         from ...distributed import get_world_size
+        from ..elastic import deepspeed_shards
 
         saved_world = len(deepspeed_shards(Path(folder)))
         if self.ds_config.zero_stage >= 1 and saved_world and _resized(Path(folder), get_world_size()):
@@ -313,9 +313,8 @@ def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int, world_siz
     rank's ZeRO optimizer shard, or, written by another number of ranks than ``world_size`` (an elastic resume
     converts it), every one of its ranks' shards. A checkpoint saved with ``save_only_model=True`` (no ``latest``)
     passes."""
-    from ..elastic import deepspeed_shards
-
     from ...checkpoint.layout import CheckpointError
+    from ..elastic import deepspeed_shards
 
     latest = folder / "latest"
     if not latest.is_file():
