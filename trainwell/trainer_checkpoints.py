@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from .checkpoint.async_save import AsyncSaver
-from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_complete_checkpoints,
-                                list_foreign_checkpoints, list_resumable_checkpoints)
+from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME, TRAINING_ARGS_NAME, cleanup_incomplete,
+                                list_complete_checkpoints, list_foreign_checkpoints, list_resumable_checkpoints)
 from .checkpoint.lock import OutputDirLock, OutputDirLockedError
 from .checkpoint.manager import CheckpointContents, CheckpointManager
 from .checkpoint.preemption import PreemptionGuard
@@ -204,6 +204,10 @@ class TrainerCheckpointing:
 
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
+        from .backends.elastic import check_resumable
+
+        # another backend's optimizer state is refused now, on every rank, before anything is loaded
+        check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
         contents = self._contents()
         # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
         # trainwell.checkpoint.agreement.
@@ -216,7 +220,7 @@ class TrainerCheckpointing:
         logger.info("Resuming training from %s", folder)
         self._adopt_state(result["trainer_state"])
         data_state = result["data_state"]
-        if data_state is not None and self._data_shape_changed(data_state):
+        if data_state is not None and self._data_shape_changed(data_state, folder):
             data_state = {k: v for k, v in data_state.items() if k not in ("epoch", "batches_in_epoch")}
         if data_state is None or "epoch" not in data_state:
             # written by another tool, or for another epoch shape: derive the position from the step (as upstream)
@@ -236,7 +240,7 @@ class TrainerCheckpointing:
             position.epoch, position.batches_in_epoch = self._plan.num_epochs, 0
         return position
 
-    def _data_shape_changed(self, data_state: dict[str, Any]) -> bool:
+    def _data_shape_changed(self, data_state: dict[str, Any], folder: Path) -> bool:
         """Whether the saved position counts batches of another size or epochs of another length (then warn)."""
         plan, saved_batch = self._plan, data_state.get("train_batch_size")
         saved_per_epoch = data_state.get("batches_per_epoch")
@@ -248,11 +252,33 @@ class TrainerCheckpointing:
             changes.append(f"batches per epoch {saved_per_epoch} -> {plan.micro_batches_per_epoch}")
         if not changes:
             return False
+        if self._same_global_batch(data_state, folder):
+            # another number of processes, the same global batch: the position derived from the step is exact
+            logger.info("The checkpoint was written by another number of processes (%s): the data position is "
+                        "derived from global_step %d", ", ".join(changes), self.state.global_step)
+            return True
         logger.warning("The checkpoint was written with another data shape (%s): the exact data position cannot "
                        "be restored, so training continues from global_step %d (epoch and batch derived from it, "
                        "as upstream). Keep per_device_train_batch_size and the dataset unchanged for an exact "
                        "resume.", ", ".join(changes), self.state.global_step)
         return True
+
+    def _same_global_batch(self, data_state: dict[str, Any], folder: Path) -> bool:
+        """Whether the checkpoint's run had this run's global batch and epoch, over another number of processes."""
+        import json
+
+        try:
+            saved_ga = json.loads((folder / TRAINING_ARGS_JSON_NAME).read_text()).get("gradient_accumulation_steps")
+        except (OSError, ValueError, AttributeError):
+            return False
+        saved_ranks = len(data_state.get("tr_loss_per_rank") or [])
+        saved_batch, saved_per_epoch = data_state.get("train_batch_size"), data_state.get("batches_per_epoch")
+        per_epoch, args = self._plan.micro_batches_per_epoch, self.args
+        if saved_ranks in (0, args.world_size) or None in (saved_ga, saved_batch, saved_per_epoch, per_epoch):
+            return False
+        return (saved_batch * saved_ga * saved_ranks == self._train_batch_size * args.gradient_accumulation_steps
+                * args.world_size and saved_batch * saved_per_epoch * saved_ranks
+                == self._train_batch_size * per_epoch * args.world_size)
 
     def _whole_parameters(self) -> Any:
         """A context in which a sharded backend's parameters are whole, so full weights load into them (ZeRO-3)."""

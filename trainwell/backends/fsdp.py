@@ -27,7 +27,9 @@ Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer sta
 ``torch.distributed.checkpoint`` into ``<checkpoint>/fsdp_state`` (every rank writes its shard: fast, but the
 folder must be on a file system that every rank sees); the checkpoint also holds the consolidated
 ``model.safetensors`` gathered by :meth:`full_state_dict`. ``model.load_state_dict`` accepts full (unsharded)
-tensors: they are cut into this rank's shards.
+tensors: they are cut into this rank's shards. DCP reshards ``fsdp_state`` for any number of ranks; a checkpoint of
+``fsdp`` on one process (which trains on one device and writes ``optimizer.pt``) is cut into shards the same way
+(:mod:`trainwell.backends.elastic`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from ..checkpoint.layout import CheckpointError
+from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
 from ..precision import Precision
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
@@ -299,10 +301,14 @@ class FSDPBackend(SingleDeviceBackend):
         return write
 
     def load(self, folder: Path) -> None:
-        """Read what :meth:`save` wrote; raises CheckpointError when it is missing (an interrupted save)."""
+        """Read what :meth:`save` wrote (or a one-process ``optimizer.pt``, resharded); raises CheckpointError when
+        neither is there (an interrupted save)."""
         if not self._sharded:
             return
         path = Path(folder) / FSDP_STATE_DIR
+        if not (path / ".metadata").is_file() and (Path(folder) / OPTIMIZER_NAME).is_file():
+            self._load_unsharded_optimizer(Path(folder) / OPTIMIZER_NAME)  # one process wrote it (elastic resume)
+            return
         if not (path / ".metadata").is_file():
             if getattr(self.args, "save_only_model", False):
                 logger.warning("%s has no %s (save_only_model=True); the optimizer starts fresh", folder,
@@ -323,3 +329,16 @@ class FSDPBackend(SingleDeviceBackend):
             raise CheckpointError(f"{path}: cannot read the sharded FSDP state ({err})") from err
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
+
+    def _load_unsharded_optimizer(self, path: Path) -> None:
+        """``optimizer.pt`` of a one-process run (whole tensors), cut into this rank's shards; the model weights came
+        from ``model.safetensors`` (see :mod:`trainwell.backends.elastic`)."""
+        from .elastic import shard_optimizer_state
+
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, ValueError, OSError) as err:
+            raise CheckpointError(f"{path}: cannot read the optimizer state ({err}); the file is truncated or "
+                                  "corrupt") from err
+        self.optimizer.load_state_dict(shard_optimizer_state(self.optimizer, state, path))
+        logger.info("Resharded the optimizer state of %s (written by one process) over the FSDP ranks", path)

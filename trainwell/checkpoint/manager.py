@@ -270,7 +270,7 @@ class CheckpointManager:
 
     def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool, verify: bool) -> dict[str, Any]:
         """Read and validate every file needed for ``c`` into memory; touches nothing."""
-        from .rng import read_rng_file
+        from .rng import read_rng_file, rng_file_to_restore
         from .weights import find_weights_file, match_state_dict, read_weights
 
         if verify:
@@ -280,9 +280,12 @@ class CheckpointManager:
         staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
         if load_optimizer:
             staged.update(self._read_training_state(folder, c))
-        rng_path = folder / self.rng_file
-        if rng_path.is_file():
+        rng_path, resized = rng_file_to_restore(folder, self.rank, self.world_size)
+        if rng_path is not None:
             staged["rng"] = read_rng_file(rng_path, trusted=self.trust_pickles)
+            if resized:
+                logger.info("%s was written by another number of processes: rank %d restores the random streams "
+                            "of %s", folder, self.rank, rng_path.name)
         else:
             logger.warning("no RNG state %s in %s; the random streams are not restored", self.rng_file, folder)
         data_path = folder / layout.DATA_STATE_NAME
@@ -311,7 +314,7 @@ class CheckpointManager:
         if c.optimizer is not None and (folder / layout.OPTIMIZER_NAME).is_file():
             staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer", self.trust_pickles)
             _check_optimizer_state(folder / layout.OPTIMIZER_NAME, staged["optimizer"], c.optimizer)
-        elif c.optimizer is not None:
+        elif c.optimizer is not None and not (folder / "fsdp_state").is_dir():  # FSDP's: the backend reads it
             logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():

@@ -278,9 +278,10 @@ class DeepSpeedBackend:
         """
         if self.engine is None or self.engine.optimizer is None:
             return
-        from ...distributed import get_rank
+        from ...distributed import get_rank, get_world_size
 
-        check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage)
+        check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage,
+                              world_size=get_world_size())
 
     def load(self, folder: Path) -> None:
         """``engine.load_checkpoint``: weights, optimizer, scheduler and loss scale (when ``folder`` has them)."""
@@ -296,16 +297,28 @@ class DeepSpeedBackend:
             logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
                            "are restored, the optimizer and scheduler start fresh", folder)
             return
+        from ...distributed import get_world_size
+        from ..elastic import deepspeed_shards
+
+        saved_world = len(deepspeed_shards(Path(folder)))
+        if self.ds_config.zero_stage >= 1 and saved_world and _resized(Path(folder), get_world_size()):
+            from .universal import load_resized
+
+            load_resized(self.engine, Path(folder), saved_world=saved_world, scratch=Path(self.args.output_dir))
+            return
         path, _ = self.engine.load_checkpoint(str(folder), load_optimizer_states=True, load_lr_scheduler_states=True)
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {folder}; check that it was written with "
                                "the same ZeRO stage and number of processes")
 
 
-def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int) -> None:
+def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int, world_size: int | None = None) -> None:
     """Raise CheckpointError unless ``folder`` holds ``latest``, its tag folder, model states and (ZeRO >= 1) this
-    rank's ZeRO optimizer shard. A checkpoint saved with ``save_only_model=True`` (no ``latest``) passes."""
+    rank's ZeRO optimizer shard, or, written by another number of ranks than ``world_size`` (an elastic resume
+    converts it), every one of its ranks' shards. A checkpoint saved with ``save_only_model=True`` (no ``latest``)
+    passes."""
     from ...checkpoint.layout import CheckpointError
+    from ..elastic import deepspeed_shards
 
     latest = folder / "latest"
     if not latest.is_file():
@@ -317,11 +330,25 @@ def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int) -> None:
         missing = f"the folder {step} named by 'latest'"
     elif not any(step.glob("*model_states.pt")):
         missing = f"the model states (*model_states.pt) in {step}"
+    elif zero_stage >= 1 and world_size is not None and _resized(folder, world_size):
+        shards = deepspeed_shards(folder)
+        ranks = [int(p.name.split("zero_pp_rank_", 1)[1].split("_", 1)[0]) for p in shards]
+        if ranks != list(range(len(ranks))):
+            missing = f"a ZeRO optimizer shard (found ranks {ranks}) in {step}"
     elif zero_stage >= 1 and not any(step.glob(f"*zero_pp_rank_{rank}_*optim_states.pt")):
         missing = f"rank {rank}'s ZeRO optimizer shard (*zero_pp_rank_{rank}_*optim_states.pt) in {step}"
     if missing is not None:
         raise CheckpointError(f"{folder}: DeepSpeed checkpoint incomplete: {missing} is missing (the save was "
                               "interrupted, or the checkpoint was written by another number of processes)")
+
+
+def _resized(folder: Path, world_size: int) -> bool:
+    """Whether the DeepSpeed checkpoint in ``folder`` was written by another number of ranks than ``world_size``
+    (told by trainwell's RNG files, one per rank, since a missing shard must not pass for a smaller job)."""
+    from ...checkpoint.rng import saved_rng_files
+
+    saved = saved_rng_files(folder)
+    return bool(saved) and max(saved) + 1 != world_size
 
 
 def _saved_model_only(folder: Path) -> bool:
