@@ -96,7 +96,7 @@ class TrainerCheckpointing:
         self._lock_output_dir()
         try:
             if self.args.should_save:
-                removed = cleanup_incomplete(self.args.output_dir)
+                removed = cleanup_incomplete(self.args.output_dir, at_startup=True)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
                                    [str(p) for p in removed])
