@@ -95,3 +95,17 @@ def test_every_fsdp_config_key_is_read_by_the_fsdp_backend() -> None:
               if not re.search(rf"(\.get\(|\[)\"{key}\"", BACKEND_SOURCE)]
     assert unread == [], f"fsdp_config keys copied from the launch but never read by trainwell's FSDP backend: {unread}"
 
+
+
+# DeepSpeed config keys the engine leaves to its caller (seed 001): trainwell must act on them itself.
+DEEPSPEED_CALLER_KEYS = ["zero_optimization.stage", "zero_optimization.stage3_gather_16bit_weights_on_model_save"]
+
+
+def test_deepspeed_keys_left_to_the_trainer_are_read() -> None:
+    from trainwell.accelerate_env import _deepspeed_settings
+
+    zero = _deepspeed_settings({"ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"})["zero_optimization"]
+    assert "stage3_gather_16bit_weights_on_model_save" in zero  # the launch forwards it ...
+    unread = [key for key in DEEPSPEED_CALLER_KEYS  # "section.key" or the key alone, quoted
+              if not re.search(rf'"({re.escape(key)}|{re.escape(key.rsplit(".", 1)[-1])})"', BACKEND_SOURCE)]
+    assert unread == [], f"DeepSpeed keys the trainer must honour but trainwell never reads: {unread}"

@@ -308,6 +308,23 @@ class FSDPBackend(SingleDeviceBackend):
             return state
         return {k: v.cpu() for k, v in state.items()} if self.args.should_save else {}
 
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """The consolidated weights gathered one tensor at a time (``DTensor.full_tensor``, a collective), kept on
+        the saving ranks only: the peak host memory of a save is one tensor, not the model. None before sharding."""
+        if not self._sharded:
+            return None
+        from torch.distributed.tensor import DTensor
+
+        from ..checkpoint.stream import tensor_stream
+
+        keep = bool(self.args.should_save)
+
+        def gather(obj: Any) -> torch.Tensor | None:
+            full = obj.full_tensor() if isinstance(obj, DTensor) else obj
+            return full.detach().to("cpu", copy=True) if keep else None
+
+        return tensor_stream(iter(self.model.state_dict(keep_vars=True).items()), gather, lambda obj: obj.shape)
+
     def save(self, folder: Path) -> None:
         """Write the sharded model and optimizer state into ``folder/fsdp_state`` (collective)."""
         if not self._sharded or getattr(self.args, "save_only_model", False):

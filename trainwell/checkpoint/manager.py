@@ -164,8 +164,13 @@ class CheckpointManager:
         from .commit import commit_checkpoint
 
         def write_files(tmp: Path) -> None:
-            if self.should_save:
-                self._write_contents(tmp, contents)
+            try:
+                if self.should_save:
+                    self._write_contents(tmp, contents)
+            finally:  # weights streamed from a sharded model: every rank takes part in every gather, even on error
+                drain = getattr(contents.model_state_dict, "drain", None)
+                if drain is not None:
+                    drain()
             if not contents.save_only_model:
                 from .rng import capture_rng_state
 
