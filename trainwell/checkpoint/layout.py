@@ -183,7 +183,10 @@ def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozen
             continue
         final = root / match.group(1)
         if not final.exists():
-            os.rename(child, final)
+            try:
+                os.rename(child, final)
+            except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
+                continue
             _fsync_dir(root)
             logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
             recovered.append(final)

@@ -177,8 +177,11 @@ class CheckpointManager:
                 _torch_save(rng_state if rng_state is not None else capture_rng_state(), tmp / self.rng_file)
 
         from .commit import Ranks
+        from .nodes import writes_here
 
         ranks = Ranks(self.rank, self.world_size, group=group)
+        # several nodes: one shared folder is written once (by rank 0), one disk per node by each node's first rank
+        self.should_save = writes_here(self.output_dir, ranks, self.should_save)
         return commit_checkpoint(self.checkpoint_dir(step), step, ranks, should_save=self.should_save,
                                  write_files=write_files, engine_save=engine_save)
 
