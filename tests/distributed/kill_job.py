@@ -113,9 +113,9 @@ def slow_cleanup() -> None:
 
     recover = layout._recover_interrupted_replace
 
-    def slow_recover(root: Path) -> list[Path]:
+    def slow_recover(root: Path, *args: object) -> list[Path]:
         time.sleep(delay)
-        return recover(root)
+        return recover(root, *args)
 
     layout._recover_interrupted_replace = slow_recover
 
