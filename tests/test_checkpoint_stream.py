@@ -38,6 +38,8 @@ def test_streamed_file_holds_every_tensor_once_and_loads_back(tmp_path):
     save_model_weights(model, tmp_path, state_dict=_stream(model, taken))
     assert len(taken) == 4  # embed (= head), mid.weight, mid.bias, steps: the tied weight is gathered once
     on_disk = load_file(str(tmp_path / "model.safetensors"))
+    save_model_weights(model, tmp_path / "whole")  # safetensors' own writer: the same bytes
+    assert (tmp_path / "model.safetensors").read_bytes() == (tmp_path / "whole" / "model.safetensors").read_bytes()
     assert set(on_disk) == {"embed.weight", "mid.weight", "mid.bias", "steps"}
     assert on_disk["mid.weight"].dtype == torch.bfloat16
     for name, value in model.state_dict().items():

@@ -308,6 +308,7 @@ class TrainerCheckpointing:
             self.state.best_model_checkpoint = str(folder)
         self.store_flos()
         self.state.stateful_callbacks = self._export_callback_states()
+        self._checkpoints.engine_needs_shared_folder = self.backend.caps.engine_needs_shared_folder
         if self._async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
             best = self.state.best_model_checkpoint
             folder = self._async_saver.save(self._checkpoints, step, self._contents(tr_loss=tr_loss),

@@ -7,7 +7,8 @@ Each layout trains the kill job (DDP, dropout: an exact resume needs every rank'
 - one shared ``output_dir`` with ``save_on_each_node`` False or True: written once, by rank 0;
 - one ``output_dir`` per node with ``save_on_each_node=True``: every node holds complete, verifiable checkpoints
   (the shared files and its own ranks' RNG states);
-- one ``output_dir`` per node with ``save_on_each_node=False``: refused at the first save, naming the setting.
+- one ``output_dir`` per node with ``save_on_each_node=False``, or with FSDP (DCP indexes every rank's shard on
+  rank 0 only): refused at the first save, naming the setting.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ JOB = Path(__file__).with_name("kill_job.py")
 TIMEOUT_S = 300
 
 
-def _two_nodes(outs: list[Path], *, each_node: bool, kill: str | None = None) -> list[subprocess.CompletedProcess]:
+def _two_nodes(outs: list[Path], *, each_node: bool, kill: str | None = None,
+               backend: str = "ddp") -> list[subprocess.CompletedProcess]:
     port = free_port()
     env = child_env(drop=["KILL_JOB_AT_STEP", "TRAINWELL_TEST_KILL_AT"],
                     KILL_JOB_SAVE_ON_EACH_NODE="1" if each_node else "0")
@@ -34,7 +36,7 @@ def _two_nodes(outs: list[Path], *, each_node: bool, kill: str | None = None) ->
         env["KILL_JOB_AT_STEP"] = kill
     procs = [start([sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
                     f"--node_rank={node}", "--master_addr=127.0.0.1", f"--master_port={port}", str(JOB),
-                    str(outs[node]), "ddp"], env=env, merge=False) for node in (0, 1)]
+                    str(outs[node]), backend], env=env, merge=False) for node in (0, 1)]
     return [wait(proc, f"node {node}", timeout=TIMEOUT_S, check=False) for node, proc in enumerate(procs)]
 
 
@@ -108,3 +110,17 @@ def test_disk_per_node_without_save_on_each_node_is_refused_at_the_first_save(tm
     for out in outs:  # nothing half-written, no probe left
         assert not [p.name for p in out.iterdir() if p.name.startswith(("checkpoint-", ".tmp-", ".trainwell"))] \
             if out.is_dir() else True
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_on_a_disk_per_node_is_refused_at_the_first_save(tmp_path):
+    """DCP writes every rank's shard into one folder and its metadata on rank 0's node only: no node would hold a
+    complete checkpoint, so one disk per node is refused even with save_on_each_node=True."""
+    outs = [tmp_path / "node0", tmp_path / "node1"]
+    procs = _two_nodes(outs, each_node=True, backend="fsdp")
+    for proc in procs:
+        assert proc.returncode != 0
+        assert "on one disk per node, but this backend's sharded state" in proc.stderr, proc.stderr[-3000:]
+    for out in outs:
+        assert not list(out.glob("checkpoint-*"))

@@ -24,6 +24,9 @@ class Capabilities:
     # The checkpoint state can be copied to host memory and written by trainwell's own commit on a background
     # thread (``async_save``): no engine writes files or runs collectives of its own during the save.
     async_checkpoint: bool = False
+    # The engine writes files of every rank into one checkpoint folder and their index on one rank only (DCP): a
+    # checkpoint is complete only on a folder every node sees (one disk per node is refused at the first save).
+    engine_needs_shared_folder: bool = False
 
 
 class WeightsNotGathered(ValueError):

@@ -182,7 +182,8 @@ class FSDPBackend(SingleDeviceBackend):
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
             self.scaler = precision.scaler = ShardedGradScaler(device.type)
-        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True, async_checkpoint=True)
+        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True, async_checkpoint=True,
+                                 engine_needs_shared_folder=True)
         self._sharded = False
         self._stager: Any = None  # async_save's copy of the shards to host memory
 

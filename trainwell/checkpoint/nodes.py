@@ -66,17 +66,23 @@ def _probe(root: Path, ranks: "Ranks", places: list[tuple[int, bool]]) -> list[i
     return [places[r][0] for r, answer in enumerate(answers) if answer]
 
 
-def writes_here(root: Path, ranks: "Ranks", should_save: bool) -> bool:
+def writes_here(root: Path, ranks: "Ranks", should_save: bool, *, engine_needs_shared_folder: bool = False) -> bool:
     """Whether this rank writes the checkpoints of ``root`` (its ``output_dir``): see the module docstring.
 
     A collective at the first call for ``root`` (every rank must call it); raises CheckpointError on every rank for
-    a layout that cannot hold a complete checkpoint.
+    a layout that cannot hold a complete checkpoint. ``engine_needs_shared_folder`` (FSDP's DCP state: every rank's
+    shard in one folder, its index written by rank 0 only) refuses one disk per node too.
     """
     key = str(Path(root).resolve())
     kind = _decided.get(key)
     if kind is None:
         kind = _decide(Path(root), ranks, should_save)
         _decided[key] = kind
+    if kind == PER_NODE and engine_needs_shared_folder:
+        raise CheckpointError(
+            f"output_dir {root} is on one disk per node, but this backend's sharded state (FSDP's DCP files) is "
+            "written by every rank into one folder and indexed by rank 0 only, so no node would hold a complete "
+            "checkpoint; put output_dir on a file system every node sees")
     if kind == SHARED:
         return ranks.rank == 0
     return should_save

@@ -90,7 +90,7 @@ class StreamedWeights:
 
 def _header(entries: list[Entry], metadata: dict[str, str]) -> bytes:
     """The safetensors header of ``entries`` laid out in order, padded to 8 bytes (the format's alignment)."""
-    record: dict[str, Any] = {"__metadata__": metadata}
+    record: dict[str, Any] = {"__metadata__": dict(sorted(metadata.items()))}
     offset = 0
     for entry in entries:
         name = str(entry.dtype).replace("torch.", "")
@@ -164,4 +164,9 @@ def tensor_stream(named: Iterator[tuple[str, "torch.Tensor"]], gather: Callable[
         first[id(obj)] = name
         objects.append(obj)
         entries.append(Entry(name, obj.dtype, tuple(int(d) for d in shape_of(obj))))
+    # safetensors' own layout (widest dtype first, then by name), so a streamed file is byte for byte the file
+    # safetensors writes for the same tensors; the same order on every rank (it depends on the names only)
+    order = sorted(range(len(entries)), key=lambda i: (-entries[i].dtype.itemsize, entries[i].name))
+    entries = [entries[i] for i in order]
+    objects = [objects[i] for i in order]
     return StreamedWeights(entries, lambda index: gather(objects[index]), aliases)
