@@ -164,8 +164,9 @@ def tensor_stream(named: Iterator[tuple[str, "torch.Tensor"]], gather: Callable[
         first[id(obj)] = name
         objects.append(obj)
         entries.append(Entry(name, obj.dtype, tuple(int(d) for d in shape_of(obj))))
-    # safetensors' own layout (widest dtype first, then by name), so a streamed file is byte for byte the file
-    # safetensors writes for the same tensors; the same order on every rank (it depends on the names only)
+    # safetensors' own layout (widest dtype first, then by name), so a streamed file holds the header and bytes
+    # safetensors writes for the same tensors (byte for byte with one metadata key; safetensors orders several at
+    # random); the same order on every rank (it depends on the names and dtypes only)
     order = sorted(range(len(entries)), key=lambda i: (-entries[i].dtype.itemsize, entries[i].name))
     entries = [entries[i] for i in order]
     objects = [objects[i] for i in order]
