@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .backends.base import WeightsNotGathered
 from .checkpoint.async_save import AsyncSaver
 from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME, TRAINING_ARGS_NAME, cleanup_incomplete,
                                 list_complete_checkpoints, list_foreign_checkpoints, list_resumable_checkpoints)
@@ -75,8 +76,12 @@ class TrainerCheckpointing:
             return AsyncSaver(group=new_saver_group(timeout_s=getattr(self.args, "ddp_timeout", None)))
         return AsyncSaver()
 
-    def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
-        """Everything resumable, as the checkpoint package expects it."""
+    def _contents(self, *, tr_loss: torch.Tensor | None = None, stream: bool = False) -> CheckpointContents:
+        """Everything resumable, as the checkpoint package expects it.
+
+        ``stream``: a sharded model's weights are gathered one tensor at a time while they are written (a
+        synchronous save); otherwise (an asynchronous save's snapshot) they are gathered whole now.
+        """
         # every rank's running loss is gathered (a collective: _contents runs on every rank at save time)
         data_state = self._loop.data_state(self.state.global_step) if tr_loss is not None else None
         sharded = self.backend.caps.sharded_state
@@ -86,7 +91,8 @@ class TrainerCheckpointing:
             extra=dict(self.backend.state_dicts()), trainer_state=self.state, args=self.args,
             data_state=data_state, processing_class=self.processing_class,
             save_only_model=self.args.save_only_model, safe_serialization=self.args.save_safetensors,
-            model_state_dict=self.backend.full_state_dict() if sharded else None)
+            model_state_dict=None if not sharded else (self.backend.stream_state_dict(model_save=False) if stream
+                                                         else self.backend.full_state_dict()))
 
     def _resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
         """The checkpoint folder to resume from (None to start fresh).
@@ -99,7 +105,7 @@ class TrainerCheckpointing:
         self._lock_output_dir()
         try:
             if self.args.should_save:
-                removed = cleanup_incomplete(self.args.output_dir)
+                removed = cleanup_incomplete(self.args.output_dir, at_startup=True)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
                                    [str(p) for p in removed])
@@ -368,6 +374,7 @@ class TrainerCheckpointing:
             self.state.best_model_checkpoint = str(folder)
         self.store_flos()
         self.state.stateful_callbacks = self._export_callback_states()
+        self._checkpoints.engine_needs_shared_folder = self.backend.caps.engine_needs_shared_folder
         if self._async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
             best = self.state.best_model_checkpoint
             folder = self._async_saver.save(self._checkpoints, step, self._contents(tr_loss=tr_loss),
@@ -379,7 +386,8 @@ class TrainerCheckpointing:
                 self._push_from_checkpoint(folder)
             return folder
         # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
-        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss), engine_save=self.backend.save)
+        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss, stream=True),
+                                        engine_save=self.backend.save)
         self._last_checkpoint = folder
         self._push_from_checkpoint(folder)
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
@@ -481,14 +489,22 @@ class TrainerCheckpointing:
         A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
         """
         output_dir = output_dir or self.args.output_dir
-        state_dict = self.backend.full_state_dict() if self.backend.caps.sharded_state else None
+        try:  # a sharded model is gathered one tensor at a time while the writing rank writes it
+            weights = self.backend.stream_state_dict(model_save=True) if self.backend.caps.sharded_state else None
+        except WeightsNotGathered as err:  # ZeRO-3 without stage3_gather_16bit_weights_on_model_save (seed 001)
+            logger.warning("%s", err)
+            self.backend.save(Path(output_dir))  # the engine's checkpoint, written by every rank
+            weights = False
         if not self.args.should_save:
+            if weights:
+                weights.drain()  # every rank takes part in each gather
             if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
                 self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
             return
         os.makedirs(output_dir, exist_ok=True)
-        save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
-                           state_dict=state_dict)
+        if weights is not False:
+            save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
+                               state_dict=weights)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))

@@ -107,6 +107,10 @@ class SingleDeviceBackend:
         """The model's own state dict (nothing to gather in one process)."""
         return self.model.state_dict()
 
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """None: the model's own state dict is complete (see :meth:`Backend.stream_state_dict`)."""
+        return None
+
     def save(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""
 

@@ -136,6 +136,8 @@ class CheckpointManager:
         self.rank = rank
         self.world_size = world_size
         self.should_save = should_save
+        # set by the trainer from its backend: the engine's files are complete only in a folder every node sees
+        self.engine_needs_shared_folder = False
 
     def checkpoint_dir(self, step: int) -> Path:
         """``output_dir/checkpoint-<step>``."""
@@ -164,16 +166,25 @@ class CheckpointManager:
         from .commit import commit_checkpoint
 
         def write_files(tmp: Path) -> None:
-            if self.should_save:
-                self._write_contents(tmp, contents)
+            try:
+                if self.should_save:
+                    self._write_contents(tmp, contents)
+            finally:  # weights streamed from a sharded model: every rank takes part in every gather, even on error
+                drain = getattr(contents.model_state_dict, "drain", None)
+                if drain is not None:
+                    drain()
             if not contents.save_only_model:
                 from .rng import capture_rng_state
 
                 _torch_save(rng_state if rng_state is not None else capture_rng_state(), tmp / self.rng_file)
 
         from .commit import Ranks
+        from .nodes import writes_here
 
         ranks = Ranks(self.rank, self.world_size, group=group)
+        # several nodes: one shared folder is written once (by rank 0), one disk per node by each node's first rank
+        self.should_save = writes_here(self.output_dir, ranks, self.should_save,
+                                       engine_needs_shared_folder=self.engine_needs_shared_folder)
         return commit_checkpoint(self.checkpoint_dir(step), step, ranks, should_save=self.should_save,
                                  write_files=write_files, engine_save=engine_save)
 

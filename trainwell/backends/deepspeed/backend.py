@@ -264,6 +264,46 @@ class DeepSpeedBackend:
         with self.deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
             return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """Under ZeRO-3, the weights gathered one parameter at a time (``GatheredParameters`` of that parameter
+        only), kept on the saving rank only; None below ZeRO-3 (every rank holds them whole).
+
+        ``model_save`` with ``stage3_gather_16bit_weights_on_model_save`` not true raises
+        :class:`~trainwell.backends.base.WeightsNotGathered` (seed 001: only the engine checkpoint is saved, the
+        weights come out with ``zero_to_fp32``). A checkpoint's weights are streamed either way: at one parameter
+        at a time their memory is not the reason for the setting.
+        """
+        if not self.ds_config.is_zero3() or self.model is None:
+            return None
+        if model_save and not self._gathers_on_model_save():
+            from ..base import WeightsNotGathered
+
+            raise WeightsNotGathered(
+                "stage3_gather_16bit_weights_on_model_save is false in the DeepSpeed config, so save_model writes the "
+                "ZeRO-3 engine checkpoint (global_step*/, latest, zero_to_fp32.py) instead of consolidated weights; "
+                "get the weights with `trainwell zero-to-fp32 <folder> model.safetensors` (or the zero_to_fp32.py "
+                "script in the folder), or set stage3_gather_16bit_weights_on_model_save: true")
+        from ...checkpoint.stream import tensor_stream
+
+        keep = bool(self.args.should_save)
+        gathered = self.deepspeed.zero.GatheredParameters
+
+        def gather(obj: Any) -> torch.Tensor | None:
+            if not hasattr(obj, "ds_id"):  # a buffer, or a parameter ZeRO-3 left whole
+                return obj.detach().to("cpu", copy=True) if keep else None
+            with gathered([obj], modifier_rank=None):
+                return obj.detach().to("cpu", copy=True) if keep else None
+
+        def shape_of(obj: Any) -> tuple[int, ...]:
+            return tuple(getattr(obj, "ds_shape", obj.shape))
+
+        return tensor_stream(iter(self.model.state_dict(keep_vars=True).items()), gather, shape_of)
+
+    def _gathers_on_model_save(self) -> bool:
+        """``stage3_gather_16bit_weights_on_model_save`` (or its old name ``..._fp16_...``) is true."""
+        return any(self.ds_config.is_true(f"zero_optimization.{key}") for key in (
+            "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"))
+
     def save(self, folder: Path) -> None:
         """``engine.save_checkpoint``: ``global_step<N>/``, ``latest`` and ``zero_to_fp32.py`` in ``folder``."""
         if self.engine is None or self.engine.optimizer is None or getattr(self.args, "save_only_model", False):
