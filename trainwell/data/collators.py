@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -68,6 +69,11 @@ def _to_mappings(features: Sequence[Any]) -> list[Mapping[str, Any]]:
                 "attributes) mapping column names to values: return a dict from the dataset's __getitem__."
             )
     return rows
+
+
+def _column(rows: list[Mapping[str, Any]], key: str) -> list[Any]:
+    """``[row[key] for row in rows]``, gathered in C (the collator runs once per micro-batch, on every example)."""
+    return list(map(itemgetter(key), rows))
 
 
 def _first_scalar(value: Any) -> Any:
@@ -149,13 +155,13 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
             _reject_string_labels(label_key, first[label_key])
     for label_key in ("label", "label_ids"):
         if label_key in first and first[label_key] is not None:
-            batch["labels"] = _labels_tensor([row[label_key] for row in rows])
+            batch["labels"] = _labels_tensor(_column(rows, label_key))
             break
     for key, value in first.items():
         if key in ("label", "label_ids") or value is None or isinstance(value, str):
             continue
         try:
-            batch[key] = _stack([row[key] for row in rows])
+            batch[key] = _stack(_column(rows, key))
         except (RuntimeError, ValueError, TypeError) as err:
             raise ValueError(
                 f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have "
@@ -297,7 +303,7 @@ def builtin_pad(
         _reject_string_labels(key, first)
         if first is None or isinstance(first, str):
             continue
-        values = [row[key] for row in rows]
+        values = _column(rows, key)
         batch[key] = _pad_key(key, values, tokenizer, strategy, max_length, pad_to_multiple_of, label_pad_token_id)
     return batch
 
