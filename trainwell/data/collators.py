@@ -146,19 +146,24 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     value is ``None`` or a string are left out. Values may be tensors, numpy arrays, numbers or (equal-length)
     lists. ``return_tensors`` is ``"pt"`` (default) or ``"np"``.
     """
-    _check_return_tensors(return_tensors)
+    if return_tensors != "pt":
+        _check_return_tensors(return_tensors)
     rows = _to_mappings(features)
     first = rows[0]
     batch: dict[str, Any] = {}
-    for label_key in LABEL_KEYS:
-        if isinstance(first.get(label_key), str):
-            _reject_string_labels(label_key, first[label_key])
     for label_key in ("label", "label_ids"):
-        if label_key in first and first[label_key] is not None:
+        value = first.get(label_key)
+        if value is not None:
+            _reject_string_labels(label_key, value)
             batch["labels"] = _labels_tensor(_column(rows, label_key))
             break
     for key, value in first.items():
-        if key in ("label", "label_ids") or value is None or isinstance(value, str):
+        if value is None:
+            continue
+        if isinstance(value, str):
+            _reject_string_labels(key, value)  # a label column of strings is an error; other strings are left out
+            continue
+        if key == "label" or key == "label_ids":
             continue
         try:
             batch[key] = _stack(_column(rows, key))
@@ -167,7 +172,7 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
                 f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have "
                 "different lengths or types: pad them (use DataCollatorWithPadding) or drop the key."
             ) from err
-    return _finish(batch, return_tensors)
+    return batch if return_tensors == "pt" else _finish(batch, return_tensors)
 
 
 @dataclass
