@@ -27,9 +27,7 @@ from .trainer_compat import TrainerCompat
 from .trainer_hub import TrainerHub
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
-from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
-from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 from .events import CallbackHandler
 from .loops import train_hooks
 from .loops.eval_loop import EvaluationMixin
@@ -252,6 +250,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         sampler = None
         if isinstance(dataset, torch.utils.data.IterableDataset):
             if has_length(dataset) and self.args.dataloader_num_workers == 0:
+                from .data.length_check import LengthCheckedIterable
+
                 dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
@@ -268,6 +268,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+
         dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
