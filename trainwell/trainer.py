@@ -179,6 +179,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
         self._model_flops: Callable[[Any], int] | None = None
+        self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
         if args.push_to_hub:
@@ -370,7 +371,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
+        for v in inputs.values():
+            if type(v) is not torch.Tensor or not v.is_cpu:
+                return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v)
+                        for k, v in inputs.items()}
+        return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
 
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
@@ -439,7 +444,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _compute_loss_takes_num_items(self) -> bool:
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
-        return accepts(self, "compute_loss").takes("num_items_in_batch")
+        method = self.compute_loss
+        func = getattr(method, "__func__", method)
+        cached = self._loss_takes_items
+        if cached is not None and cached[0] is func:  # per micro-batch: the answer of the same function is kept
+            return cached[1]
+        takes = accepts(self, "compute_loss").takes("num_items_in_batch")
+        self._loss_takes_items = (func, takes)
+        return takes
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None

@@ -27,20 +27,18 @@ class DefaultFlowCallback(TrainerCallback):
         step = state.global_step
         if step == 1 and getattr(args, "logging_first_step", False):
             control.should_log = True
-        # Each interval test: a positive interval that the step is a multiple of.
-        interval = state.logging_steps
-        if args.logging_strategy == IntervalStrategy.STEPS and interval > 0 and step % interval == 0:
+        # Each interval test (a positive interval the step is a multiple of) is written out: this runs every step.
+        if (args.logging_strategy == IntervalStrategy.STEPS and state.logging_steps > 0
+                and step % state.logging_steps == 0):
             control.should_log = True
-        interval = state.eval_steps
         if (
             args.eval_strategy == IntervalStrategy.STEPS
-            and interval > 0
-            and step % interval == 0
+            and state.eval_steps > 0
+            and step % state.eval_steps == 0
             and (getattr(args, "eval_delay", 0) or 0) <= step
         ):
             control.should_evaluate = True
-        interval = state.save_steps
-        if args.save_strategy == SaveStrategy.STEPS and interval > 0 and step % interval == 0:
+        if args.save_strategy == SaveStrategy.STEPS and state.save_steps > 0 and step % state.save_steps == 0:
             control.should_save = True
         if step >= state.max_steps:
             control.should_training_stop = True
