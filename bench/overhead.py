@@ -244,11 +244,12 @@ def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int) -> di
         counts.clear()
         with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(io.StringIO()):
             model = fresh_model(cfg.seed)
+            previous = sys.gettrace()  # a debugger's or coverage's tracer is put back
             sys.settrace(tracer)
             try:
                 runner(cfg, data, model, workdir)
             finally:
-                sys.settrace(None)
+                sys.settrace(previous)
         return dict(counts)
 
     traced(2)  # first-call costs (lazy imports)
