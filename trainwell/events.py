@@ -234,6 +234,8 @@ class CallbackHandler:
         control.should_log = False
         control.should_evaluate = False
         control.should_save = False
+        if not self._listeners["on_step_begin"] and self._count == len(self._callbacks):  # per step: nobody listens
+            return control
         return self.call_event("on_step_begin", args, state, control, **kwargs)
 
     def on_substep_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:

@@ -485,18 +485,18 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             return self._model_flops(inputs)
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
-        if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-            return 0
-        main = inputs.get("input_ids")
-        if main is None:
-            for value in inputs.values():
-                if isinstance(value, torch.Tensor):
-                    main = value
-                    break
-            else:
-                return 0
-        items = main.numel() if not main.is_floating_point() else (main.shape[0] if main.dim() else 1)
-        return 6 * self._num_params * items
+        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+            main = inputs.get("input_ids")
+            if main is None:
+                for main in inputs.values():  # the first tensor
+                    if isinstance(main, torch.Tensor):
+                        break
+                else:
+                    return 0
+            if main.is_floating_point():  # features, not tokens: one item per row
+                return 6 * self._num_params * (main.shape[0] if main.dim() else 1)
+            return 6 * self._num_params * main.numel()
+        return 0
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
