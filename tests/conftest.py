@@ -47,9 +47,14 @@ def _private_temp_folder(tmp_path_factory: pytest.TempPathFactory):
 
     folder = tmp_path_factory.mktemp("tmp")
     previous_env, previous_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    previous_extensions = os.environ.get("TORCH_EXTENSIONS_DIR")
     os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = str(folder)
+    # DeepSpeed's ops compiled by the tests (~50 MB) go there too, not into ~/.cache/torch_extensions.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(folder / "torch_extensions"))
     yield folder
+    if previous_extensions is None:
+        os.environ.pop("TORCH_EXTENSIONS_DIR", None)
     tempfile.tempdir = previous_tempdir
     if previous_env is None:
         os.environ.pop("TMPDIR", None)

@@ -73,6 +73,7 @@ def test_atomic_dir_resave_same_step_replaces(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3"]  # old copy moved aside and deleted
 
 
+@pytest.mark.slow
 def test_listing_ignores_incomplete_and_cleanup_removes_them(tmp_path):
     _save(tmp_path, 10)
     _save(tmp_path, 2)
@@ -121,6 +122,7 @@ def test_missing_output_dir_lists_nothing(tmp_path):
     assert get_last_checkpoint(tmp_path / "nope") is None
 
 
+@pytest.mark.slow
 def test_cleanup_recovers_complete_temp_when_final_missing(tmp_path):
     done = _save(tmp_path, 7, b"new")
     os.rename(done, tmp_path / f".tmp-checkpoint-7-{dead_pid()}")  # crash between "move old aside" and "rename new"

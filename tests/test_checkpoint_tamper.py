@@ -163,6 +163,7 @@ def test_deepspeed_file_check_names_the_missing_shard(tmp_path):
         check_deepspeed_files(tmp_path, rank=0, zero_stage=2)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("backend,damage,reason", [
     ("ddp", lambda folder: _flip(folder / "rng_state_1.pth"), "rng_state_1.pth: the file's xxh3_128 checksum"),

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints,
-                                list_resumable_checkpoints)
+from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_complete_checkpoints,
+                                list_foreign_checkpoints, list_resumable_checkpoints)
 from .checkpoint.manager import CheckpointContents, CheckpointManager
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
@@ -45,7 +45,10 @@ class TrainerCheckpointing:
                                               rank=args.process_index, world_size=args.world_size,
                                               should_save=args.should_save,
                                               trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
-        self._last_checkpoint: Path | None = None
+        self._last_checkpoint: Path | None = None  # the newest checkpoint the current train() call wrote
+        self._resumed_from: Path | None = None  # the checkpoint the current train() call resumed from
+        # How the preemption warning tells the user to continue (the CLI prints its own command instead: None).
+        self._preemption_hint: str | None = "continue with train(resume_from_checkpoint=True)"
         self._resume_with_fallback = False
         self._output_dir_lock: OutputDirLock | None = None
         self.preempted = False
@@ -110,7 +113,26 @@ class TrainerCheckpointing:
             self._release_output_dir()
             raise
         self._warn_foreign_checkpoints(folder)
+        self._warn_earlier_run(folder)
+        self._last_checkpoint, self._resumed_from = None, folder
         return folder
+
+    def _checkpoint_of_this_run(self) -> Path | None:
+        """The newest checkpoint the current ``train()`` call wrote, else the one it resumed from; never a
+        checkpoint another run left in ``output_dir``."""
+        return self._last_checkpoint or self._resumed_from
+
+    def _warn_earlier_run(self, resume_from: Path | None) -> None:
+        """A fresh run into a folder holding an earlier run's checkpoints says so loudly: they are not this run's,
+        and the newest of them stays what ``resume_from_checkpoint=True`` would pick."""
+        if resume_from is not None or not self.args.should_save or not self.args.output_dir:
+            return
+        earlier = list_complete_checkpoints(self.args.output_dir)
+        if earlier and not self.args.overwrite_output_dir:
+            logger.warning("output_dir %s holds checkpoints of an earlier run (%s); this run starts from scratch and "
+                           "writes next to them, and its final model replaces that run's. Continue that run with "
+                           "train(resume_from_checkpoint=True), or use another output_dir.", self.args.output_dir,
+                           ", ".join(p.name for p in earlier[-3:]))
 
     def _wait_for_cleanup(self) -> None:
         """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder
@@ -299,7 +321,25 @@ class TrainerCheckpointing:
         return exported
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
-        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
+        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones.
+
+        A second Ctrl-C during the save (a stop was already requested) quits at once, saying which checkpoint is
+        left to resume from.
+        """
+        try:
+            return self._write_checkpoint(tr_loss)
+        except KeyboardInterrupt:
+            guard = self._preemption
+            if guard is None or not guard.requested:
+                raise
+            self._close_progress_bars()
+            newest = list_complete_checkpoints(self.args.output_dir)
+            raise KeyboardInterrupt(
+                f"second {guard.signal_name or 'interrupt'} during the save of step {self.state.global_step}: "
+                f"quitting without that checkpoint; the newest valid one is "
+                f"{newest[-1] if newest else 'none (nothing to resume from)'}") from None
+
+    def _write_checkpoint(self, tr_loss: torch.Tensor | None) -> Path:
         step = self.state.global_step
         folder = self._checkpoints.checkpoint_dir(step)
         if self.state.best_global_step == step and self.args.metric_for_best_model:
@@ -385,12 +425,23 @@ class TrainerCheckpointing:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
                 folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
-            where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
+            where = f"checkpoint saved in {folder}"
+            if self._preemption_hint:
+                where += f"; {self._preemption_hint}"
         self.preempted = True
         self.preempted_by = self._preemption.signal_name
         self.control.should_training_stop = True
+        self._close_progress_bars()
         logger.warning("Training preempted by %s at step %d: %s", name, step, where)
         return True
+
+    def _close_progress_bars(self) -> None:
+        """End the progress bar's line before a message: a bar still drawn would have the message glued to it."""
+        for callback in self.callback_handler.callbacks:
+            bar = getattr(callback, "training_bar", None)
+            if bar is not None:
+                bar.close()
+                callback.training_bar = None
 
     def _rotate_checkpoints_at_end(self) -> None:
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)

@@ -334,6 +334,7 @@ def _launch(tmp_path: Path, config: str) -> dict[str, Any]:
     return run_json(command, tmp_path / "result.json", "accelerate launch", timeout=480, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_real_accelerate_launch_fsdp_full_shard_bf16(tmp_path: Path) -> None:
     """``distributed_type: FSDP`` (v2, full shard, transformer wrap) + ``mixed_precision: bf16``, 2 processes."""
@@ -348,6 +349,7 @@ def test_real_accelerate_launch_fsdp_full_shard_bf16(tmp_path: Path) -> None:
     assert all(0 < loss < 10 for loss in result["losses"])
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_real_accelerate_launch_deepspeed_plugin(tmp_path: Path) -> None:
     """``distributed_type: DEEPSPEED`` with plugin fields (ZeRO-2, accumulation 2, clipping 0.5), 2 processes."""

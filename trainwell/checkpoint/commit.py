@@ -25,7 +25,6 @@ kill tests (``tests/distributed/test_kill_resume.py``) and costs one environment
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -200,7 +199,8 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
         if should_save:
             shutil.rmtree(tmp, ignore_errors=True)
         cause = error if error is not None else sealed
-        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise layout.disk_full_error(cause, final) from cause
+        full = layout.find_disk_full(cause)
+        if full is not None:
+            raise layout.disk_full_error(full, final) from cause
         raise cause
     return final

@@ -320,6 +320,18 @@ def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
                     "checkpoint")
 
 
+def find_disk_full(err: BaseException | None) -> OSError | None:
+    """The ``OSError(ENOSPC/EDQUOT)`` behind ``err``, following ``__cause__``/``__context__`` (torch's zip writer
+    replaces it by a ``RuntimeError`` "unexpected pos" and keeps it only as the context), or None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def disk_full_error(err: OSError, final: Path) -> OSError:
     """The error to raise when writing ``final`` ran out of space (names the intact checkpoints and the fixes)."""
     kept = list_complete_checkpoints(final.parent)
@@ -380,10 +392,11 @@ def atomic_checkpoint_dir(final: str | os.PathLike) -> Iterator[Path]:
         (tmp / COMPLETE_MARKER).unlink(missing_ok=True)  # the caller may not pre-empt the marker
         write_marker(tmp, _fsync_tree(tmp))
         _replace_folder(tmp, final)
-    except OSError as err:
+    except Exception as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise disk_full_error(err, final) from err
+        full = find_disk_full(err)
+        if full is not None:
+            raise disk_full_error(full, final) from err
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

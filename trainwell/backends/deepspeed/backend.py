@@ -25,7 +25,8 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-from ...distributed import close_process_group_at_exit
+from ...distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
+                            read_launch_env)
 from ..base import Capabilities
 from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
 
@@ -52,12 +53,15 @@ def ensure_process_group(device: torch.device, backend: str | None = None) -> No
 
     if dist.is_available() and dist.is_initialized():
         return
+    env = read_launch_env()
+    check_rendezvous_env(env)
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "29500")):
         os.environ.setdefault(name, value)  # the notebook emulation of a launcher (DeepSpeed guide)
     deepspeed = import_deepspeed(device)
-    deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
-                               auto_mpi_discovery=False)
+    with RendezvousWatch(env, 1800):  # DeepSpeed's default process-group timeout
+        deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
+                                   auto_mpi_discovery=False)
     close_process_group_at_exit()
 
 
