@@ -22,7 +22,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Measured with torch 2.13 (CPU): hand loop 8164 bytecodes per step, trainwell 8850 (+8.4%; it was 9570, +17%). About
+# Measured with torch 2.13 (CPU): hand loop 8164 bytecodes per step, trainwell 8886 (+8.8%; it was 9570, +17%). About
 # 420 of them are torch's optimizer and schedule running a second parameter group: the Trainer keeps upstream's two
 # groups (decay / no decay) so that optimizer.pt interchanges with upstream's; the hand loop has one.
 MAX_EXTRA_BYTECODES = 0.09
