@@ -197,7 +197,7 @@ def suggest_unknown_arguments(cls: type) -> type:
 
 
 @suggest_unknown_arguments
-@dataclass
+@dataclass(repr=False)  # __repr__ is __str__ (below): dataclass would compile one over 137 fields for nothing
 class TrainingArguments:
     """The arguments of the training loop (upstream ``transformers.TrainingArguments`` names and defaults).
 

@@ -28,9 +28,7 @@ from .trainer_compat import TrainerCompat
 from .trainer_hub import TrainerHub
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
-from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
-from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 from .distributed import all_gather_object
 from .events import CallbackHandler
 from .loops import train_hooks
@@ -188,6 +186,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._flops_owner: nn.Module | None = None
         self._main_input: str | None = None
         self._model_flops: Callable[[Any], int] | None = None
+        self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
         if args.push_to_hub:
@@ -278,6 +277,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         sampler = None
         if isinstance(dataset, torch.utils.data.IterableDataset):
             if has_length(dataset) and self.args.dataloader_num_workers == 0:
+                from .data.length_check import LengthCheckedIterable
+
                 dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
@@ -296,6 +297,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+
         dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
@@ -398,7 +401,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
+        for v in inputs.values():
+            if type(v) is not torch.Tensor or not v.is_cpu:
+                return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v)
+                        for k, v in inputs.items()}
+        return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
 
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
@@ -474,7 +481,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _compute_loss_takes_num_items(self) -> bool:
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
-        return accepts(self, "compute_loss").takes("num_items_in_batch")
+        method = self.compute_loss
+        func = getattr(method, "__func__", method)
+        cached = self._loss_takes_items
+        if cached is not None and cached[0] is func:  # per micro-batch: the answer of the same function is kept
+            return cached[1]
+        takes = accepts(self, "compute_loss").takes("num_items_in_batch")
+        self._loss_takes_items = (func, takes)
+        return takes
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
@@ -522,18 +536,18 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             return 6 * inputs[self._main_input].numel() * self._num_params
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
-        if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-            return 0
-        main = inputs.get("input_ids")
-        if main is None:
-            for value in inputs.values():
-                if isinstance(value, torch.Tensor):
-                    main = value
-                    break
-            else:
-                return 0
-        items = main.numel() if not main.is_floating_point() else (main.shape[0] if main.dim() else 1)
-        return 6 * self._num_params * items
+        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+            main = inputs.get("input_ids")
+            if main is None:
+                for main in inputs.values():  # the first tensor
+                    if isinstance(main, torch.Tensor):
+                        break
+                else:
+                    return 0
+            if main.is_floating_point():  # features, not tokens: one item per row
+                return 6 * self._num_params * (main.shape[0] if main.dim() else 1)
+            return 6 * self._num_params * main.numel()
+        return 0
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""

@@ -11,23 +11,24 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from .backends.base import WeightsNotGathered
-from .checkpoint.async_save import AsyncSaver
 from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME, TRAINING_ARGS_NAME, cleanup_incomplete,
                                 list_complete_checkpoints, list_foreign_checkpoints, list_resumable_checkpoints)
-from .checkpoint.lock import OutputDirLock, OutputDirLockedError
 from .checkpoint.manager import CheckpointContents, CheckpointManager
-from .checkpoint.preemption import PreemptionGuard
-from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
 from .overrides import call_override
 from .state import TrainerState
+
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
+    from .checkpoint.async_save import AsyncSaver
+    from .checkpoint.lock import OutputDirLock, OutputDirLockedError
+    from .checkpoint.preemption import PreemptionGuard
 
 logger = logging.getLogger("trainwell.trainer")
 
@@ -68,6 +69,7 @@ class TrainerCheckpointing:
                 "written by an engine (DeepSpeed's save_checkpoint, the ZeroRedundancyOptimizer state of "
                 "sharded_ddp) synchronously, with collectives on the training process group, so it cannot run in "
                 "a background thread; set async_save=False (one process, DDP and FSDP support it)")
+        from .checkpoint.async_save import AsyncSaver
         from .distributed import is_dist
 
         if self.args.world_size > 1 and is_dist():
@@ -165,6 +167,8 @@ class TrainerCheckpointing:
     def _lock_output_dir(self) -> None:
         """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
         (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
+        from .checkpoint.lock import OutputDirLock, OutputDirLockedError
+
         error: OutputDirLockedError | None = None
         if self.args.process_index == 0 and self._output_dir_lock is None and self.args.output_dir:
             lock = OutputDirLock(self.args.output_dir)
@@ -403,6 +407,8 @@ class TrainerCheckpointing:
         """Turn SIGTERM/SIGINT into a graceful stop for the duration of ``train()`` (see :meth:`_stop_if_preempted`)."""
         self.preempted = False
         self.preempted_by = None
+        from .checkpoint.preemption import PreemptionGuard
+
         self._preemption_collective = self.args.world_size > 1
         with PreemptionGuard() as guard:
             self._preemption = guard
@@ -480,6 +486,8 @@ class TrainerCheckpointing:
         if not best or not Path(best).is_dir():
             logger.warning("load_best_model_at_end: the best checkpoint %s is missing; keeping the last weights", best)
             return
+        from .checkpoint.weights import load_model_weights
+
         logger.info("Loading best model from %s (score: %s).", best, self.state.best_metric)
         load_model_weights(unwrap_model(self.model), best, strict=True)
 
@@ -501,6 +509,8 @@ class TrainerCheckpointing:
             if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
                 self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
             return
+        from .checkpoint.weights import save_model_weights
+
         os.makedirs(output_dir, exist_ok=True)
         if weights is not False:
             save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
