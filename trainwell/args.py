@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .logging_utils import passive_level
 from .preflight import coerce_field_types
 from .trainer_utils import (
     ExplicitEnum,
@@ -634,7 +635,8 @@ class TrainingArguments:
         if self.torch_compile and self.torch_compile_backend is None:
             self.torch_compile_backend = "inductor"
         if self.disable_tqdm is None:
-            self.disable_tqdm = self._main_log_level() > logging.WARNING
+            level = trainer_log_levels[self.log_level]
+            self.disable_tqdm = (passive_level() if level == -1 else level) > logging.WARNING
         if self.run_name is None:
             self.run_name = self.output_dir
         if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU
@@ -811,22 +813,15 @@ class TrainingArguments:
             if is_main:
                 barrier()
 
-    def _main_log_level(self) -> int:
-        level = trainer_log_levels[self.log_level]
-        if level != -1:
-            return level
-        own = logging.getLogger("trainwell").level
-        return own if own != logging.NOTSET else logging.WARNING
-
     def get_process_log_level(self) -> int:
         """The log level of this process: log_level on logging processes, log_level_replica on the others.
 
-        "passive" keeps the library's level: the ``trainwell`` logger's own level if set, else WARNING.
+        "passive" keeps what the user set, on either library's logger (as upstream, which returns transformers'
+        verbosity): the ``trainwell`` logger's own level if set, else transformers' verbosity when a script has
+        loaded transformers' logging, else WARNING.
         """
-        if self.should_log:
-            return self._main_log_level()
-        level = trainer_log_levels[self.log_level_replica]
-        return logging.WARNING if level == -1 else level
+        level = trainer_log_levels[self.log_level if self.should_log else self.log_level_replica]
+        return passive_level() if level == -1 else level
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Warmup steps: ``warmup_steps`` if >= 1, ``ceil(warmup_steps * num_training_steps)`` for a ratio in

@@ -13,6 +13,7 @@ keeps its length and the batch is padded to it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -490,16 +491,21 @@ class DataCollatorForLanguageModeling:
 
     ``mlm=False`` (causal LM): ``labels`` are a copy of ``input_ids`` with pad positions set to -100 (the model
     shifts them). ``mlm=True`` (masked LM): ``mlm_probability`` of the non-special tokens are chosen; of those
-    80% become the mask token, 10% a random token, 10% stay; ``labels`` are -100 except at chosen positions.
-    The random draws use a ``torch.Generator`` seeded from torch's global RNG, so ``set_seed`` (and a restored
-    RNG state on resume) reproduces them.
+    ``mask_replace_prob`` (0.8) become the mask token, ``random_replace_prob`` (0.1) a random token, the rest
+    stay; ``labels`` are -100 except at chosen positions. The masks are drawn exactly as upstream's collator draws
+    them (the same calls in the same order): from torch's global stream, so ``set_seed`` (and a restored RNG state
+    on resume) reproduces them and the same state gives transformers' masks; with ``seed``, from a generator of
+    that seed instead (``seed + worker id`` in a DataLoader worker).
     """
 
     tokenizer: Any = None
     mlm: bool = True
     mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
     pad_to_multiple_of: int | None = None
     return_tensors: str = "pt"
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.mlm and _mask_token_id(self.tokenizer) is None:
@@ -509,6 +515,26 @@ class DataCollatorForLanguageModeling:
             )
         if self.mlm and not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"mlm_probability={self.mlm_probability} must be between 0 and 1 (exclusive).")
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} must be between 0 and 1.")
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ValueError(f"mask_replace_prob + random_replace_prob = "
+                             f"{self.mask_replace_prob + self.random_replace_prob} must not exceed 1.")
+        self._generator: torch.Generator | None = None
+        self._generator_pid: int | None = None
+
+    def _draw_from(self) -> torch.Generator | None:
+        """None (torch's global stream) without ``seed``; else this process's generator of ``seed`` (+ worker id)."""
+        if self.seed is None:
+            return None
+        if self._generator is None or self._generator_pid != os.getpid():
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            self._generator = torch.Generator().manual_seed(self.seed + (info.id if info is not None else 0))
+            self._generator_pid = os.getpid()
+        return self._generator
 
     def __call__(self, examples: list[Any]) -> dict[str, Any]:
         """Collate ``examples`` (mappings with ``input_ids``, or bare id sequences) and add ``labels``."""
@@ -534,9 +560,8 @@ class DataCollatorForLanguageModeling:
 
     def torch_mask_tokens(self, inputs: torch.Tensor, special_tokens_mask: Any = None
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Apply 80/10/10 masking to ``inputs`` (modified in place) and return ``(inputs, labels)``."""
-        seed = int(torch.randint(0, 2**62, (1,)).item())
-        gen = torch.Generator().manual_seed(seed)
+        """Mask ``inputs`` (modified in place) and return ``(inputs, labels)``: upstream's draws, in its order."""
+        gen = self._draw_from()
         labels = inputs.clone()
         if special_tokens_mask is None:
             special = _special_tokens_mask(labels, self.tokenizer)
@@ -545,9 +570,13 @@ class DataCollatorForLanguageModeling:
         probs = torch.full(labels.shape, self.mlm_probability).masked_fill_(special, 0.0)
         masked = torch.bernoulli(probs, generator=gen).bool()
         labels[~masked] = IGNORE_INDEX
-        replaced = torch.bernoulli(torch.full(labels.shape, 0.8), generator=gen).bool() & masked
+        replaced = torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=gen).bool() & masked
         inputs[replaced] = _mask_token_id(self.tokenizer)
-        randomized = torch.bernoulli(torch.full(labels.shape, 0.5), generator=gen).bool() & masked & ~replaced
-        words = torch.randint(_vocab_size(self.tokenizer), labels.shape, dtype=inputs.dtype, generator=gen)
-        inputs[randomized] = words[randomized]
+        if self.mask_replace_prob == 1 or self.random_replace_prob == 0:
+            return inputs, labels
+        # of the chosen tokens not masked, the share that gets a random word
+        scaled = self.random_replace_prob / (1 - self.mask_replace_prob)
+        randomized = torch.bernoulli(torch.full(labels.shape, scaled), generator=gen).bool() & masked & ~replaced
+        words = torch.randint(_vocab_size(self.tokenizer), labels.shape, dtype=torch.long, generator=gen)
+        inputs[randomized] = words[randomized].to(inputs.dtype)
         return inputs, labels

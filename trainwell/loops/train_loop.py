@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -25,8 +24,9 @@ from ..data.loader import has_length
 from ..overrides import call_override
 from ..trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
+from .loss_scaling import WindowScaler, loss_divisors
 
-__all__ = ["DataPosition", "LoopState", "TrainPlan", "plan_training", "run_training"]
+__all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
 
 
 @dataclass
@@ -90,52 +90,31 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
     for obj in (sampler, inner, getattr(dataloader, "dataset", None)):
         if obj is not None and hasattr(obj, "set_epoch"):
             obj.set_epoch(epoch)
-    # Worker seeds are drawn from the loader's generator, and an iterable dataset may shuffle with its own: both are
-    # seeded as a function of the epoch, so every epoch differs and a resumed run redraws the same numbers.
-    for generator in (getattr(dataloader, "generator", None), getattr(dataloader.dataset, "generator", None)):
-        if isinstance(generator, torch.Generator):
-            generator.manual_seed(trainer.args.seed + epoch)
+    # An iterable dataset may shuffle with its own generator: seeded as a function of the epoch, so every epoch
+    # differs and a resumed run redraws the same numbers.
+    generator = getattr(dataloader.dataset, "generator", None)
+    if isinstance(generator, torch.Generator):
+        generator.manual_seed(trainer.args.seed + epoch)
     if skip_batches <= 0:
-        return iter(dataloader)
-    seekable = inner if inner is not None and hasattr(inner, "skip") else None
-    if seekable is not None and batch_sampler is not None:
-        seekable.skip(skip_batches * batch_sampler.batch_size)
-        return iter(dataloader)
-    from ..data.samplers import skip_first_batches
+        return iter(dataloader)  # draws the workers' base seed from the global stream, as upstream's loader does
+    # A resumed epoch: the uninterrupted run drew the base seed before the checkpoint's RNG state was saved, so this
+    # pass must not draw again (the restored stream would shift by one number and change every dropout mask).
+    with torch.random.fork_rng(devices=[]):
+        seekable = inner if inner is not None and hasattr(inner, "skip") else None
+        if seekable is not None and batch_sampler is not None:
+            seekable.skip(skip_batches * batch_sampler.batch_size)
+            return iter(dataloader)
+        from ..data.samplers import skip_first_batches
 
-    return iter(skip_first_batches(iter(dataloader), skip_batches))
-
-
-def _rows(batch: Any) -> int | None:
-    """The examples in a micro-batch: the first dimension of its first tensor (None when it cannot be told)."""
-    if isinstance(batch, Mapping):
-        for value in batch.values():
-            if isinstance(value, torch.Tensor) and value.dim():
-                return int(value.shape[0])
-    return None
+        return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def loss_divisors(group: list[Any]) -> list[int | float]:
-    """What each micro-batch's mean loss is divided by, so that the window adds up to the mean loss of one big batch
-    of all its examples: the number of micro-batches when they hold as many rows each (upstream's divisor), else
-    the window's rows over the micro-batch's own rows (a short last batch of the epoch weighs what it holds)."""
-    n = len(group)
-    if n == 1:
-        return [1]
-    rows = [_rows(batch) for batch in group]
-    if None in rows or min(rows) == max(rows) or min(rows) <= 0:
-        return [n] * n
-    total = sum(rows)
-    return [total / r for r in rows]
-
-
-def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], count_items: bool,
+def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
                       count_tokens: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``loop``."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
     tr_loss, window_losses = loop.tr_loss, loop.window_losses
-    num_items = trainer._count_items(group) if count_items else None
-    divisors = loss_divisors(group)
+    num_items, divisors = scaler.window(group)
     last = len(group) - 1
     for i, inputs in enumerate(group):
         if count_tokens:
@@ -173,9 +152,12 @@ def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step:
         grad_norm = backend.last_grad_norm()
     trainer.control = cb.on_optimizer_step(args, state, trainer.control)
     if stepped and scheduler_per_step:
+        trainer._step_learning_rate = trainer.lr_scheduler.get_last_lr()[0]  # what the step used: logged (upstream)
         trainer.lr_scheduler.step()
-    elif not stepped:
-        trainer._skipped_steps += 1
+    else:  # the rate did not move: the logs read it as it is
+        trainer._step_learning_rate = None
+        if not stepped:
+            trainer._skipped_steps += 1
     backend.zero_grad()
     return grad_norm
 
@@ -200,7 +182,8 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     cb.train_dataloader = dataloader
     tr_loss = loop.tr_loss
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
-    count_items = trainer._needs_num_items_in_batch()
+    scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
+    trainer._step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
@@ -220,8 +203,10 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
             trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         for group in _accumulation_groups(iterator, args.gradient_accumulation_steps):
+            if scaler is None:
+                scaler = trainer._window_scaler(group[0])
             trainer.control = cb.on_step_begin(args, state, trainer.control)
-            _forward_backward(trainer, loop, model, group, count_items, count_tokens)
+            _forward_backward(trainer, loop, model, group, scaler, count_tokens)
             position.batches_in_epoch += len(group)
             grad_norm = _optimizer_update(trainer, clip_norm, scheduler_per_step)
             state.global_step += 1
