@@ -13,7 +13,6 @@ USER_SCRIPT_FIELDS: dict[str, str] = {
     "do_eval": "the script decides whether to call trainer.evaluate() (eval_strategy sets it when not 'no')",
     "do_predict": "the script decides whether to call trainer.predict()",
     "resume_from_checkpoint": "the script passes it to trainer.train(resume_from_checkpoint=...)",
-    "overwrite_output_dir": "the script decides whether to resume from the last checkpoint in output_dir",
 }
 
 # Only meaningful to a feature that trainwell refuses with an error, so they configure nothing.

@@ -74,6 +74,7 @@ def _memory_keys(metrics: dict) -> set[str]:
 
 
 # ------------------------------------------------------------------------------------ C. skip_memory_metrics=False
+@pytest.mark.slow  # about 30 s on 2 cores
 def test_memory_metrics_in_train_evaluate_and_predict(tmp_path):
     pytest.importorskip("psutil")
     trainer = ours(tmp_path / "ours", skip_memory_metrics=False)
@@ -95,6 +96,7 @@ def test_memory_metrics_in_train_evaluate_and_predict(tmp_path):
     assert _memory_keys(test_metrics) == _memory_keys(upstream.predict(_data(8)).metrics)
 
 
+@pytest.mark.slow  # about 12 s
 def test_memory_metrics_again_after_a_failed_train(tmp_path):
     pytest.importorskip("psutil")
 
@@ -188,6 +190,7 @@ class OutOfMemoryAbove(Regression):
         return super().forward(x, labels)
 
 
+@pytest.mark.slow  # about 18 s
 def test_auto_find_batch_size_retries_smaller_after_out_of_memory(tmp_path):
     model = OutOfMemoryAbove(limit=5)
     trainer = ours(tmp_path / "ours", model=model, auto_find_batch_size=True, per_device_train_batch_size=8,

@@ -59,6 +59,7 @@ def _dropout_steps_differ(result: dict[str, Any]) -> None:
     assert math.isfinite(first["loss"]) and result["eval"]["eval_loss"] < first["loss"]
 
 
+@pytest.mark.slow  # about 24 s on 2 cores
 def test_minilm_finetune_with_dropout_equals_upstream(tmp_path: Path) -> None:
     from seed_parity_job import finetune
 
