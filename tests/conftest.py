@@ -88,17 +88,23 @@ def _signal_handlers_left_as_found():
     assert not changed, f"the test left its own handler for {changed} installed (restored now)"
 
 
+_LOG_LEVELS_AT_START = {name: __import__("logging").getLogger(name).level for name in ("trainwell", "transformers")}
+
+
 @pytest.fixture(autouse=True)
 def _library_log_levels_left_as_found():
-    """The ``trainwell`` and ``transformers`` loggers' levels are put back after each test: a Trainer with a
-    ``log_level`` sets them (as upstream sets transformers' verbosity), and ``log_level="passive"`` reads them."""
+    """Each test starts and ends with the ``trainwell`` and ``transformers`` loggers at the levels the session
+    started with: a Trainer with a ``log_level`` sets them (as upstream sets transformers' verbosity), a test module
+    may silence transformers when it is imported, and ``log_level="passive"`` reads them."""
     import logging
 
-    loggers = [logging.getLogger(name) for name in ("trainwell", "transformers")]
-    before = [logger.level for logger in loggers]
+    def reset() -> None:
+        for name, level in _LOG_LEVELS_AT_START.items():
+            logging.getLogger(name).setLevel(level)
+
+    reset()
     yield
-    for logger, level in zip(loggers, before):
-        logger.setLevel(level)
+    reset()
 
 
 class RegressionModel(nn.Module):
