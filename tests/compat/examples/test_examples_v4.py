@@ -78,13 +78,17 @@ def test_same_run_as_v4(name, trainwell_runs):
 
 def test_accumulation_logs_the_big_batch_loss(trainwell_runs):
     """run_glue with 2 micro-batches of 2 per step: the update equals 4.47's (same weights, eval metrics), but 4.47
-    logs the SUM of the micro-batch means (twice the batch's loss, e.g. 1.39 for 0.69); trainwell logs the mean,
-    the loss of the 4 examples as one batch."""
+    logs the SUM of the micro-batch means (twice the batch's loss: 1.4053 at step 2 for 0.7026, a train_loss of
+    1.399); trainwell logs the mean, the loss of the 4 examples as one batch."""
     golden = GOLDEN_RUNS["glue_accumulation"]["result"]
     ours = left(trainwell_runs["glue_accumulation"], "glue")
     for g, o in zip(golden["log_history"], ours["log_history"]):
         if "loss" in g:
             assert o["loss"] == pytest.approx(g["loss"] / 2, abs=5e-5), (g, o)
-    up, tw = without(golden, "learning_rate", "loss"), without(ours, "learning_rate", "loss")
+        if "train_loss" in g:  # 4.47: 1.399 over the run, the sum again
+            assert o["train_loss"] == pytest.approx(g["train_loss"] / 2, rel=1e-5), (g, o)
+    for name in ("all_results.json", "train_results.json"):
+        assert ours[name]["train_loss"] == pytest.approx(golden[name]["train_loss"] / 2, rel=1e-5)
+    up, tw = (without(rec, "learning_rate", "loss", "train_loss") for rec in (golden, ours))
     diffs = same_weights(up.pop("weights"), tw.pop("weights")) + cases.close(up, tw)
     assert not diffs, "\n".join(diffs[:30])
