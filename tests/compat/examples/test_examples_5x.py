@@ -50,7 +50,7 @@ def runs(world, tmp_path_factory):
 
 def _compare(case: str, upstream: dict, ours: dict) -> None:
     up, tw = without(upstream, "learning_rate"), without(ours, "learning_rate")
-    weights = same_weights(up.pop("weights"), tw.pop("weights"))
+    weights = same_weights(up.pop("weights"), tw.pop("weights"), case.split(" ")[0])
     diffs = cases.close(up, tw) + weights
     assert not diffs, f"{case}: trainwell differs from transformers.Trainer at:\n" + "\n".join(diffs[:30])
 
@@ -97,7 +97,7 @@ def test_clm_loss_is_the_token_mean_where_upstream_scales_it(runs):
     diffs = cases.close(up.pop("predictions"), tw.pop("predictions")) + cases.close(
         {k: v for k, v in up.items() if k != "weights"}, {k: v for k, v in tw.items() if k != "weights"})
     assert not diffs, diffs[:20]
-    assert not same_weights(upstream["weights"], ours["weights"])
+    assert not same_weights(upstream["weights"], ours["weights"], "clm")
 
 
 @pytest.mark.xfail(strict=True, reason="the logged learning rate is the one after the scheduler's step, one step "
@@ -112,8 +112,8 @@ def test_logged_learning_rate(runs):
 
 def test_resume_from_checkpoint(runs, tmp_path):
     """run_glue resumed from its checkpoint-6 reaches the uninterrupted run's log history, metrics, predictions and
-    weights. The resumed run's ``train_loss`` is the uninterrupted run's (the mean over all 18 steps); upstream's is
-    the mean of only the 12 resumed steps' losses divided by all 18 steps (about two thirds of it)."""
+    weights, and its ``train_loss`` is the uninterrupted run's (the mean over all 18 steps: 0.6970). transformers
+    5.24's resumed run reports another figure (0.6925)."""
     full = runs("glue")
     checkpoint = full["trainwell"]["out"] / "checkpoint-6"
     outs = {lib: tmp_path / lib for lib in LIBS}
@@ -125,16 +125,34 @@ def test_resume_from_checkpoint(runs, tmp_path):
     resumed = run_side_by_side(jobs, outs)
     whole = left(full["trainwell"], "glue")
     ours, upstream = left(resumed["trainwell"], "glue"), left(resumed["transformers"], "glue")
-    _compare("glue resumed", whole, ours)
+    assert ours["checkpoints"] == ["checkpoint-12", "checkpoint-18"]  # written after the resume
+    _compare("glue resumed", {**whole, "checkpoints": ours["checkpoints"]}, ours)
     true_loss = whole["all_results.json"]["train_loss"]
     assert ours["all_results.json"]["train_loss"] == pytest.approx(true_loss, rel=1e-6)
-    later = [e["loss"] for e in upstream["log_history"] if "loss" in e and e["step"] > 6]
-    upstream_figure = 2 * sum(later) / upstream["global_step"]  # logging_steps=2: each entry is a 2-step mean
-    assert upstream["all_results.json"]["train_loss"] == pytest.approx(upstream_figure, rel=1e-4)
-    assert upstream_figure < 0.8 * true_loss
+    assert upstream["all_results.json"]["train_loss"] != pytest.approx(true_loss, rel=1e-3)
 
 
-def test_two_processes(runs):
-    """run_glue on 2 processes (torchrun, gloo, CPU): both libraries' runs agree as one-process runs do."""
-    done = runs("glue", ranks=2)
+_TWO_RANKS = ("2 ranks: transformers 5.24 splits the batches across the ranks otherwise (its weights end elsewhere) "
+              "and logs twice the loss (train_loss 1.399 for 0.700: average_tokens_across_devices multiplies a loss "
+              "that ignores num_items_in_batch by the world size); the same data per rank is issue 16 item 3 "
+              "(branch rng), the doubled loss is upstream's to list")
+
+
+def test_two_processes_run(runs):
+    """run_glue on 2 processes (torchrun, gloo, CPU, ``--use_cpu``: without it 5.x on a CPU-only machine runs each
+    rank alone): both libraries really run on 2 ranks (10 steps of 2 x 4 examples, not 18 of 4) and write the same
+    files and checkpoints; trainwell's train loss is the one-process run's scale (0.69), upstream's twice it."""
+    done = runs("glue", ("--use_cpu",), ranks=2)
+    upstream, ours = left(done["transformers"], "glue"), left(done["trainwell"], "glue")
+    assert ours["global_step"] == upstream["global_step"] == 10
+    assert ours["files"] == upstream["files"] and ours["checkpoints"] == upstream["checkpoints"]
+    one = left(runs("glue")["trainwell"], "glue")["all_results.json"]["train_loss"]
+    assert ours["all_results.json"]["train_loss"] == pytest.approx(one, rel=0.05)
+    assert upstream["all_results.json"]["train_loss"] == pytest.approx(2 * one, rel=0.05)
+
+
+@pytest.mark.xfail(strict=True, reason=_TWO_RANKS)
+def test_two_processes_same_run(runs):
+    """run_glue on 2 processes: both libraries' runs agree as one-process runs do."""
+    done = runs("glue", ("--use_cpu",), ranks=2)
     _compare("glue on 2 ranks", left(done["transformers"], "glue"), left(done["trainwell"], "glue"))
