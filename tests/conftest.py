@@ -13,6 +13,30 @@ from torch.nn import functional as F
 torch.set_num_threads(1)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Without ``--basetemp``, each run gets a base temp folder of its own (removed at its end): pytest's default
+    ``pytest-of-<user>/pytest-<N>`` folders are pruned by any 3 newer runs, so concurrent runs (two checkouts, CI
+    beside a developer) deleted each other's ``tmp_path`` mid-test."""
+    import tempfile
+
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="pytest-trainwell-")
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the base temp folder :func:`pytest_configure` made."""
+    import shutil
+
+    folder = config.stash.get(_OWN_BASETEMP, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _private_temp_folder(tmp_path_factory: pytest.TempPathFactory):
     """Every temporary file of the session, subprocesses included (torchrun's torchelastic_* log folders,
