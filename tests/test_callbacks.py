@@ -309,9 +309,10 @@ def test_early_stopping_state_round_trip():
 
 # -- PrinterCallback / ProgressCallback ------------------------------------------------------------
 def test_printer_prints_logs_without_total_flos(capsys):
-    logs = {"loss": 0.5, "total_flos": 123.0, "epoch": 1.0}
+    logs = {"loss": 0.123456789, "total_flos": 123.0, "epoch": 1.0, "step": 3}
     PrinterCallback().on_log(make_args(), TrainerState(), TrainerControl(), logs=logs)
-    assert capsys.readouterr().out == "{'loss': 0.5, 'epoch': 1.0}\n"
+    # upstream 5.x's format: floats as 4 significant digits (strings), other values as they are
+    assert capsys.readouterr().out == "{'loss': '0.1235', 'epoch': '1', 'step': 3}\n"
     assert "total_flos" in logs  # the shared dict is not mutated
     PrinterCallback().on_log(make_args(), TrainerState(is_local_process_zero=False), TrainerControl(), logs=logs)
     assert capsys.readouterr().out == ""
@@ -334,7 +335,7 @@ def test_progress_bar_and_logs(capsys):
     callback, reached = _run_progress(make_args(), TrainerState(max_steps=4), logs)
     out, err = capsys.readouterr()
     assert reached == 4 and callback.training_bar is None
-    assert "'loss': 0.25" in out and "'epoch': 1.23" in out and "total_flos" not in out
+    assert "'loss': '0.25'" in out and "'epoch': '1.235'" in out and "total_flos" not in out
     assert "String too long to display, length: 20 > 10" in out
     assert "4/4" in err
 

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from .logging_utils import passive_level
 from .preflight import coerce_field_types
 from .trainer_utils import (
     ExplicitEnum,
@@ -196,7 +197,7 @@ def suggest_unknown_arguments(cls: type) -> type:
 
 
 @suggest_unknown_arguments
-@dataclass
+@dataclass(repr=False)  # __repr__ is __str__ (below): dataclass would compile one over 137 fields for nothing
 class TrainingArguments:
     """The arguments of the training loop (upstream ``transformers.TrainingArguments`` names and defaults).
 
@@ -468,6 +469,9 @@ class TrainingArguments:
             (not 0 <= self.warmup_ratio <= 1, "warmup_ratio must lie in [0, 1]"),
             (self.max_steps == 0, "max_steps must be > 0, or -1 to train for num_train_epochs"),
             (self.num_train_epochs < 0, "num_train_epochs must be >= 0"),
+            (not math.isfinite(self.num_train_epochs) and self.max_steps <= 0,
+             "num_train_epochs must be a finite number of epochs (to train until stopped, set max_steps to a large "
+             "number, or stop early with EarlyStoppingCallback)"),
             # upstream treats 0 (any value <= 0) as "no limit": a silent keep-everything, refused here
             (self.save_total_limit is not None and self.save_total_limit < 1,
              "save_total_limit must be >= 1; use None to keep every checkpoint (what upstream silently does for "
@@ -631,7 +635,8 @@ class TrainingArguments:
         if self.torch_compile and self.torch_compile_backend is None:
             self.torch_compile_backend = "inductor"
         if self.disable_tqdm is None:
-            self.disable_tqdm = self._main_log_level() > logging.WARNING
+            level = trainer_log_levels[self.log_level]
+            self.disable_tqdm = (passive_level() if level == -1 else level) > logging.WARNING
         if self.run_name is None:
             self.run_name = self.output_dir
         if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU
@@ -808,22 +813,15 @@ class TrainingArguments:
             if is_main:
                 barrier()
 
-    def _main_log_level(self) -> int:
-        level = trainer_log_levels[self.log_level]
-        if level != -1:
-            return level
-        own = logging.getLogger("trainwell").level
-        return own if own != logging.NOTSET else logging.WARNING
-
     def get_process_log_level(self) -> int:
         """The log level of this process: log_level on logging processes, log_level_replica on the others.
 
-        "passive" keeps the library's level: the ``trainwell`` logger's own level if set, else WARNING.
+        "passive" keeps what the user set, on either library's logger (as upstream, which returns transformers'
+        verbosity): the ``trainwell`` logger's own level if set, else transformers' verbosity when a script has
+        loaded transformers' logging, else WARNING.
         """
-        if self.should_log:
-            return self._main_log_level()
-        level = trainer_log_levels[self.log_level_replica]
-        return logging.WARNING if level == -1 else level
+        level = trainer_log_levels[self.log_level if self.should_log else self.log_level_replica]
+        return passive_level() if level == -1 else level
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Warmup steps: ``warmup_steps`` if >= 1, ``ceil(warmup_steps * num_training_steps)`` for a ratio in

@@ -9,6 +9,7 @@ first node counts as main. ``"passive"`` leaves the level as the user configured
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 LIBRARY_LOGGER = "trainwell"
@@ -39,6 +40,23 @@ def set_verbosity(level: int | str) -> None:
     logging.getLogger(LIBRARY_LOGGER).setLevel(level)
 
 
+def passive_level() -> int:
+    """What ``log_level="passive"`` resolves to: whatever the user set, on either library's logger.
+
+    The ``trainwell`` logger's own level when one was set; else, when a script has loaded transformers' logging
+    (``transformers.utils.logging.set_verbosity_info()`` in upstream's examples), transformers' verbosity, as
+    upstream's ``get_process_log_level`` returns it; else WARNING. transformers is never imported here.
+    """
+    own = logging.getLogger(LIBRARY_LOGGER).level
+    if own != logging.NOTSET:
+        return own
+    upstream = sys.modules.get("transformers.utils.logging")
+    verbosity = getattr(upstream, "get_verbosity", None)
+    if callable(verbosity):
+        return int(verbosity())
+    return logging.WARNING
+
+
 def setup_process_logging(args: Any) -> int:
     """Apply ``args.get_process_log_level()`` to the ``trainwell`` logger; returns the level in force.
 
@@ -51,4 +69,4 @@ def setup_process_logging(args: Any) -> int:
     return level
 
 
-__all__ = ["get_logger", "get_verbosity", "set_verbosity", "setup_process_logging"]
+__all__ = ["get_logger", "get_verbosity", "passive_level", "set_verbosity", "setup_process_logging"]

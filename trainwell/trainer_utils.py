@@ -236,14 +236,12 @@ def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def seed_worker(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: derive each worker's python/numpy seeds from torch's per-worker seed."""
-    import numpy as np
+def seed_worker(worker_id: int, num_workers: int = 0, rank: int = 0) -> None:
+    """DataLoader ``worker_init_fn`` of the training loader (upstream's): seed python, numpy and torch in the worker
+    with ``num_workers * rank`` plus torch's per-worker seed, so that the ranks' workers draw different numbers."""
     import torch
 
-    worker_seed = torch.initial_seed() % 2**32
-    np.random.seed(worker_seed)
-    random.seed(worker_seed)
+    set_seed(num_workers * rank + torch.initial_seed() % 2**32)
 
 
 def is_checkpoint_name(name: str) -> int | None:

@@ -9,7 +9,13 @@ from .base import TrainerCallback
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
 
-__all__ = ["PrinterCallback"]
+__all__ = ["PrinterCallback", "shown_value"]
+
+
+def shown_value(value: Any) -> Any:
+    """How the console shows a logged value: a float with 4 significant digits (upstream 5.x: ``f"{v:.4g}"``, a
+    string); anything else as it is. ``log_history`` keeps the full value."""
+    return f"{value:.4g}" if isinstance(value, float) else value
 
 
 class PrinterCallback(TrainerCallback):
@@ -26,5 +32,5 @@ class PrinterCallback(TrainerCallback):
         """Print the logs; the caller's dict is left untouched."""
         if logs is None or not state.is_local_process_zero:
             return
-        shown = {key: value for key, value in logs.items() if key != "total_flos"}
+        shown = {key: shown_value(value) for key, value in logs.items() if key != "total_flos"}
         print(shown)

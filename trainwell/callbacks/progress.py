@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .base import TrainerCallback
+from .printer import shown_value
 
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
@@ -21,7 +22,8 @@ def _has_length(obj: Any) -> bool:
 
 
 def format_logs(logs: dict[str, Any], max_str_len: int) -> dict[str, Any]:
-    """Copy ``logs`` for display: drop ``total_flos``, round ``epoch``, elide strings over ``max_str_len``."""
+    """Copy ``logs`` for display: drop ``total_flos``, floats to 4 significant digits (as upstream 5.x), strings
+    over ``max_str_len`` elided."""
     shown: dict[str, Any] = {}
     for key, value in logs.items():
         if isinstance(value, str) and len(value) > max_str_len:
@@ -29,10 +31,8 @@ def format_logs(logs: dict[str, Any], max_str_len: int) -> dict[str, Any]:
                 f"[String too long to display, length: {len(value)} > {max_str_len}. "
                 "Consider increasing `max_str_len` if needed.]"
             )
-        shown[key] = value
+        shown[key] = shown_value(value)
     shown.pop("total_flos", None)
-    if isinstance(shown.get("epoch"), (int, float)):
-        shown["epoch"] = round(shown["epoch"], 2)
     return shown
 
 

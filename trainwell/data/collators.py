@@ -13,8 +13,10 @@ keeps its length and the batch is padded to it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -68,6 +70,11 @@ def _to_mappings(features: Sequence[Any]) -> list[Mapping[str, Any]]:
                 "attributes) mapping column names to values: return a dict from the dataset's __getitem__."
             )
     return rows
+
+
+def _column(rows: list[Mapping[str, Any]], key: str) -> list[Any]:
+    """``[row[key] for row in rows]``, gathered in C (the collator runs once per micro-batch, on every example)."""
+    return list(map(itemgetter(key), rows))
 
 
 def _first_scalar(value: Any) -> Any:
@@ -140,28 +147,33 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     value is ``None`` or a string are left out. Values may be tensors, numpy arrays, numbers or (equal-length)
     lists. ``return_tensors`` is ``"pt"`` (default) or ``"np"``.
     """
-    _check_return_tensors(return_tensors)
+    if return_tensors != "pt":
+        _check_return_tensors(return_tensors)
     rows = _to_mappings(features)
     first = rows[0]
     batch: dict[str, Any] = {}
-    for label_key in LABEL_KEYS:
-        if isinstance(first.get(label_key), str):
-            _reject_string_labels(label_key, first[label_key])
     for label_key in ("label", "label_ids"):
-        if label_key in first and first[label_key] is not None:
-            batch["labels"] = _labels_tensor([row[label_key] for row in rows])
+        value = first.get(label_key)
+        if value is not None:
+            _reject_string_labels(label_key, value)
+            batch["labels"] = _labels_tensor(_column(rows, label_key))
             break
     for key, value in first.items():
-        if key in ("label", "label_ids") or value is None or isinstance(value, str):
+        if value is None:
+            continue
+        if isinstance(value, str):
+            _reject_string_labels(key, value)  # a label column of strings is an error; other strings are left out
+            continue
+        if key == "label" or key == "label_ids":
             continue
         try:
-            batch[key] = _stack([row[key] for row in rows])
+            batch[key] = _stack(_column(rows, key))
         except (RuntimeError, ValueError, TypeError) as err:
             raise ValueError(
                 f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have "
                 "different lengths or types: pad them (use DataCollatorWithPadding) or drop the key."
             ) from err
-    return _finish(batch, return_tensors)
+    return batch if return_tensors == "pt" else _finish(batch, return_tensors)
 
 
 @dataclass
@@ -297,7 +309,7 @@ def builtin_pad(
         _reject_string_labels(key, first)
         if first is None or isinstance(first, str):
             continue
-        values = [row[key] for row in rows]
+        values = _column(rows, key)
         batch[key] = _pad_key(key, values, tokenizer, strategy, max_length, pad_to_multiple_of, label_pad_token_id)
     return batch
 
@@ -490,16 +502,21 @@ class DataCollatorForLanguageModeling:
 
     ``mlm=False`` (causal LM): ``labels`` are a copy of ``input_ids`` with pad positions set to -100 (the model
     shifts them). ``mlm=True`` (masked LM): ``mlm_probability`` of the non-special tokens are chosen; of those
-    80% become the mask token, 10% a random token, 10% stay; ``labels`` are -100 except at chosen positions.
-    The random draws use a ``torch.Generator`` seeded from torch's global RNG, so ``set_seed`` (and a restored
-    RNG state on resume) reproduces them.
+    ``mask_replace_prob`` (0.8) become the mask token, ``random_replace_prob`` (0.1) a random token, the rest
+    stay; ``labels`` are -100 except at chosen positions. The masks are drawn exactly as upstream's collator draws
+    them (the same calls in the same order): from torch's global stream, so ``set_seed`` (and a restored RNG state
+    on resume) reproduces them and the same state gives transformers' masks; with ``seed``, from a generator of
+    that seed instead (``seed + worker id`` in a DataLoader worker).
     """
 
     tokenizer: Any = None
     mlm: bool = True
     mlm_probability: float = 0.15
+    mask_replace_prob: float = 0.8
+    random_replace_prob: float = 0.1
     pad_to_multiple_of: int | None = None
     return_tensors: str = "pt"
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.mlm and _mask_token_id(self.tokenizer) is None:
@@ -509,6 +526,26 @@ class DataCollatorForLanguageModeling:
             )
         if self.mlm and not 0.0 < self.mlm_probability < 1.0:
             raise ValueError(f"mlm_probability={self.mlm_probability} must be between 0 and 1 (exclusive).")
+        for name in ("mask_replace_prob", "random_replace_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} must be between 0 and 1.")
+        if self.mask_replace_prob + self.random_replace_prob > 1:
+            raise ValueError(f"mask_replace_prob + random_replace_prob = "
+                             f"{self.mask_replace_prob + self.random_replace_prob} must not exceed 1.")
+        self._generator: torch.Generator | None = None
+        self._generator_pid: int | None = None
+
+    def _draw_from(self) -> torch.Generator | None:
+        """None (torch's global stream) without ``seed``; else this process's generator of ``seed`` (+ worker id)."""
+        if self.seed is None:
+            return None
+        if self._generator is None or self._generator_pid != os.getpid():
+            from torch.utils.data import get_worker_info
+
+            info = get_worker_info()
+            self._generator = torch.Generator().manual_seed(self.seed + (info.id if info is not None else 0))
+            self._generator_pid = os.getpid()
+        return self._generator
 
     def __call__(self, examples: list[Any]) -> dict[str, Any]:
         """Collate ``examples`` (mappings with ``input_ids``, or bare id sequences) and add ``labels``."""
@@ -534,9 +571,8 @@ class DataCollatorForLanguageModeling:
 
     def torch_mask_tokens(self, inputs: torch.Tensor, special_tokens_mask: Any = None
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Apply 80/10/10 masking to ``inputs`` (modified in place) and return ``(inputs, labels)``."""
-        seed = int(torch.randint(0, 2**62, (1,)).item())
-        gen = torch.Generator().manual_seed(seed)
+        """Mask ``inputs`` (modified in place) and return ``(inputs, labels)``: upstream's draws, in its order."""
+        gen = self._draw_from()
         labels = inputs.clone()
         if special_tokens_mask is None:
             special = _special_tokens_mask(labels, self.tokenizer)
@@ -545,9 +581,13 @@ class DataCollatorForLanguageModeling:
         probs = torch.full(labels.shape, self.mlm_probability).masked_fill_(special, 0.0)
         masked = torch.bernoulli(probs, generator=gen).bool()
         labels[~masked] = IGNORE_INDEX
-        replaced = torch.bernoulli(torch.full(labels.shape, 0.8), generator=gen).bool() & masked
+        replaced = torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=gen).bool() & masked
         inputs[replaced] = _mask_token_id(self.tokenizer)
-        randomized = torch.bernoulli(torch.full(labels.shape, 0.5), generator=gen).bool() & masked & ~replaced
-        words = torch.randint(_vocab_size(self.tokenizer), labels.shape, dtype=inputs.dtype, generator=gen)
-        inputs[randomized] = words[randomized]
+        if self.mask_replace_prob == 1 or self.random_replace_prob == 0:
+            return inputs, labels
+        # of the chosen tokens not masked, the share that gets a random word
+        scaled = self.random_replace_prob / (1 - self.mask_replace_prob)
+        randomized = torch.bernoulli(torch.full(labels.shape, scaled), generator=gen).bool() & masked & ~replaced
+        words = torch.randint(_vocab_size(self.tokenizer), labels.shape, dtype=torch.long, generator=gen)
+        inputs[randomized] = words[randomized].to(inputs.dtype)
         return inputs, labels

@@ -56,25 +56,52 @@ def per_rank_count(total: int, num_replicas: int, drop_last: bool) -> int:
     return math.ceil(total / num_replicas)
 
 
-def partition(indices: list[int], num_replicas: int, rank: int, drop_last: bool) -> list[int]:
-    """Pad (repeating from the start) or cut ``indices`` to a multiple of ``num_replicas``; keep rank's stride."""
+def per_rank_batched_count(total: int, num_replicas: int, drop_last: bool, batch_size: int) -> int:
+    """How many samples each rank gets when whole batches of ``batch_size`` are dealt out in turn (accelerate's
+    ``BatchSamplerShard``): ``drop_last`` keeps only complete rounds of ``num_replicas`` full batches, otherwise the
+    last round is completed by repeating the order from its start."""
+    round_size = batch_size * num_replicas
+    rounds = total // round_size if drop_last else math.ceil(total / round_size)
+    return rounds * batch_size
+
+
+def partition(indices: list[int], num_replicas: int, rank: int, drop_last: bool,
+              batch_size: int | None = None) -> list[int]:
+    """Pad (repeating from the start) or cut ``indices`` to a multiple of ``num_replicas``; keep rank's stride.
+
+    With ``batch_size`` the stride is one batch: rank ``r`` takes batches ``r, r + num_replicas, ...`` of the
+    (padded or cut) order, as the upstream Trainer's ranks do under accelerate, so that each rank trains on the same
+    examples as there (and, seeded alike, applies the same dropout masks to them).
+    """
     if num_replicas == 1:
         return indices
+    if batch_size is not None:
+        total_size = per_rank_batched_count(len(indices), num_replicas, drop_last, batch_size) * num_replicas
+        indices = _pad_or_cut(indices, total_size)
+        return [i for start in range(rank * batch_size, total_size, num_replicas * batch_size)
+                for i in indices[start:start + batch_size]]
     total_size = per_rank_count(len(indices), num_replicas, drop_last) * num_replicas
+    return _pad_or_cut(indices, total_size)[rank:total_size:num_replicas]
+
+
+def _pad_or_cut(indices: list[int], total_size: int) -> list[int]:
+    """``indices`` cut to ``total_size``, or padded to it by repeating the order from its start."""
     if total_size > len(indices):
         padding = total_size - len(indices)
         repeats = math.ceil(padding / len(indices))
-        indices = indices + (indices * repeats)[:padding]
-    else:
-        indices = indices[:total_size]
-    return indices[rank:total_size:num_replicas]
+        return indices + (indices * repeats)[:padding]
+    return indices[:total_size]
 
 
 class _SeekableSampler(Sampler[int]):
     """Shared epoch/skip/state handling; subclasses implement :meth:`_full_order` for one epoch."""
 
-    def __init__(self, total: int, *, seed: int, num_replicas: int, rank: int, drop_last: bool) -> None:
+    def __init__(self, total: int, *, seed: int, num_replicas: int, rank: int, drop_last: bool,
+                 shard_batch_size: int | None = None) -> None:
         _check_replicas(num_replicas, rank)
+        if shard_batch_size is not None and shard_batch_size < 1:
+            raise ValueError(f"shard_batch_size={shard_batch_size} must be at least 1 (the per-device batch size).")
+        self.shard_batch_size = shard_batch_size
         self.seed = int(seed)
         self.num_replicas = num_replicas
         self.rank = rank
@@ -91,7 +118,7 @@ class _SeekableSampler(Sampler[int]):
 
     def rank_order(self) -> list[int]:
         """This rank's whole order for the current epoch (ignores any pending skip)."""
-        return partition(self._full_order(), self.num_replicas, self.rank, self.drop_last)
+        return partition(self._full_order(), self.num_replicas, self.rank, self.drop_last, self.shard_batch_size)
 
     def __iter__(self) -> Iterator[int]:
         # The order is built and the skip consumed when the iterator is created (DataLoader does this once per
@@ -102,6 +129,8 @@ class _SeekableSampler(Sampler[int]):
 
     def __len__(self) -> int:
         """Samples this rank sees in a whole epoch; NOT reduced by a pending ``skip`` (see :attr:`remaining`)."""
+        if self.shard_batch_size is not None and self.num_replicas > 1:
+            return per_rank_batched_count(self._total, self.num_replicas, self.drop_last, self.shard_batch_size)
         return per_rank_count(self._total, self.num_replicas, self.drop_last)
 
     @property
@@ -148,13 +177,15 @@ class ResumableSampler(_SeekableSampler):
         seed: base seed; epoch ``e`` uses ``seed + e``.
         num_replicas, rank: split the order across processes like ``DistributedSampler``.
         drop_last: cut (instead of pad) the order to a multiple of ``num_replicas``.
+        shard_batch_size: deal the order out in whole batches of this size instead (see :func:`partition`).
     """
 
     def __init__(self, num_samples: int, *, shuffle: bool = True, seed: int = 0, num_replicas: int = 1,
-                 rank: int = 0, drop_last: bool = False) -> None:
+                 rank: int = 0, drop_last: bool = False, shard_batch_size: int | None = None) -> None:
         if not isinstance(num_samples, int) or num_samples < 0:
             raise ValueError(f"num_samples={num_samples!r} must be a non-negative int (the dataset's length).")
-        super().__init__(num_samples, seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last)
+        super().__init__(num_samples, seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last,
+                         shard_batch_size=shard_batch_size)
         self.num_samples = num_samples
         self.shuffle = shuffle
 
@@ -263,18 +294,19 @@ class LengthGroupedSampler(_SeekableSampler):
         batch_size: the per-device batch size.
         seed: base seed; epoch ``e`` uses ``seed + e``.
         mega_batch_mult: mega-batch size in batches (default: see :func:`get_length_grouped_indices`).
-        num_replicas, rank, drop_last: split across processes like :class:`ResumableSampler`.
+        num_replicas, rank, drop_last, shard_batch_size: split across processes like :class:`ResumableSampler`.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, *, seed: int = 0,
                  mega_batch_mult: int | None = None, num_replicas: int = 1, rank: int = 0,
-                 drop_last: bool = False) -> None:
+                 drop_last: bool = False, shard_batch_size: int | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
         if isinstance(lengths, torch.Tensor):
             lengths = lengths.tolist()
         self.lengths = [int(n) for n in lengths]
-        super().__init__(len(self.lengths), seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last)
+        super().__init__(len(self.lengths), seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last,
+                         shard_batch_size=shard_batch_size)
         self.batch_size = batch_size
         self.mega_batch_mult = mega_batch_mult
 
