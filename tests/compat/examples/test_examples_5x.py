@@ -1,0 +1,156 @@
+"""The example scripts (``scripts/``, in the shape of upstream's ``examples/pytorch``) run twice with the installed
+transformers 5.x: once as written (``transformers.Trainer``) and once ported to trainwell by changing the
+trainer-side imports (``run_example.py``). Both runs must agree: exit status, the files and checkpoints written, the
+log history step by step, the train/eval/predict metrics, the prediction files and the saved model (loaded with
+``from_pretrained``); then one resume from a checkpoint and one 2-process run (torchrun, gloo).
+
+Dropout is 0 everywhere (the tiny models of ``examples_world``). The logged learning rate is compared on its own
+(``test_logged_learning_rate``). Where upstream is wrong the test asserts the ground truth and names
+upstream's figure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import examples_cases as cases
+from examples_runs import commands, left, run_side_by_side, same_weights, without
+
+transformers = pytest.importorskip("transformers")
+if int(transformers.__version__.split(".")[0]) < 5:
+    pytest.skip("the 5.x example cases need transformers 5 (the v4 cases compare with goldens)",
+                allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+LIBS = ("transformers", "trainwell")
+_RNG_PENDING = ("run_mlm still differs from the first logged loss after branch rng's merge (the masks drawn when "
+                "a batch is collated, or the random state then): issue 16 item 3, to look into")
+_SEQ2SEQ_EVAL = ("Seq2SeqTrainer evaluation: eval_loss (5.6555 vs 5.6638 after 6 identical steps) and the generated "
+                 "lengths differ from upstream's (not the learning rate or the random streams; not yet explained)")
+
+
+@pytest.fixture(scope="module")
+def runs(world, tmp_path_factory):
+    """``runs(case, extra=(), ranks=1)``: both libraries' runs of ``case`` (started side by side, cached)."""
+    cache = {}
+
+    def get(case: str, extra: tuple[str, ...] = (), ranks: int = 1):
+        key = (case, extra, ranks)
+        if key not in cache:
+            base = tmp_path_factory.mktemp(f"{case}_r{ranks}")
+            outs = {lib: base / lib for lib in LIBS}
+            argvs = {lib: cases.command(case, "5x", world, outs[lib], list(extra)) for lib in LIBS}
+            cache[key] = run_side_by_side({lib: commands(lib, argvs[lib], ranks=ranks) for lib in LIBS}, outs)
+            for lib in LIBS:
+                cache[key][lib]["argv"] = argvs[lib]
+        return cache[key]
+
+    return get
+
+
+def _compare(case: str, upstream: dict, ours: dict) -> None:
+    up, tw = without(upstream, "learning_rate"), without(ours, "learning_rate")
+    weights = same_weights(up.pop("weights"), tw.pop("weights"), case.split(" ")[0])
+    diffs = cases.close(up, tw) + weights
+    assert not diffs, f"{case}: trainwell differs from transformers.Trainer at:\n" + "\n".join(diffs[:30])
+
+
+@pytest.mark.parametrize("case", sorted(cases.CASES))
+def test_exit_status_files_and_saved_model(case, runs):
+    """Both runs end with 0, write the same files and checkpoint folders, and save a model ``from_pretrained``
+    loads (``left`` loads it)."""
+    done = runs(case)
+    upstream, ours = left(done["transformers"], case), left(done["trainwell"], case)
+    assert ours["files"] == upstream["files"]
+    assert ours["checkpoints"] == upstream["checkpoints"] != []
+    assert set(ours["weights"]) == set(upstream["weights"])
+
+
+@pytest.mark.parametrize("case", [
+    "glue", "ner", "qa", "swag",
+    pytest.param("mlm", marks=pytest.mark.xfail(strict=True, reason=_RNG_PENDING)),
+    pytest.param("summarization", marks=pytest.mark.xfail(strict=True, reason=_SEQ2SEQ_EVAL)),
+])
+def test_same_run_as_upstream(case, runs):
+    """Log history step by step (loss, grad norm, eval metrics, epoch), the metrics files, the prediction files and
+    the saved weights agree with transformers.Trainer's run."""
+    done = runs(case)
+    _compare(case, left(done["transformers"], case), left(done["trainwell"], case))
+
+
+def test_clm_loss_is_the_token_mean_where_upstream_scales_it(runs):
+    """run_clm: every block has 16 labelled tokens, so the causal LM's loss averages 15 shifted predictions.
+    transformers 5.x divides the summed loss by the unshifted count (16): its logged loss, eval_loss and grad norm
+    are 15/16 of the true mean's (e.g. the first logged loss 5.365 for 5.723). trainwell logs the model's own
+    mean: everything else (the curve's shape, Adam's update, the weights, the accuracy) agrees."""
+    done = runs("clm")
+    upstream, ours = left(done["transformers"], "clm"), left(done["trainwell"], "clm")
+    scale = 15 / 16
+    for up, tw in zip(upstream["log_history"], ours["log_history"]):
+        for key in ("loss", "grad_norm", "eval_loss", "train_loss"):
+            if key in up:
+                assert up[key] == pytest.approx(tw[key] * scale, rel=1e-4), (key, up, tw)
+    for key in ("eval_loss", "train_loss"):
+        assert upstream["all_results.json"][key] == pytest.approx(ours["all_results.json"][key] * scale, rel=1e-4)
+    scaled = ("loss", "grad_norm", "eval_loss", "train_loss", "perplexity", "learning_rate")
+    up, tw = without(upstream, *scaled), without(ours, *scaled)
+    diffs = cases.close(up.pop("predictions"), tw.pop("predictions")) + cases.close(
+        {k: v for k, v in up.items() if k != "weights"}, {k: v for k, v in tw.items() if k != "weights"})
+    assert not diffs, diffs[:20]
+    assert not same_weights(upstream["weights"], ours["weights"], "clm")
+
+
+def test_logged_learning_rate(runs):
+    """run_glue: every logged learning rate is the one upstream logs (the rate the optimizer step used)."""
+    done = runs("glue")
+    upstream, ours = left(done["transformers"], "glue"), left(done["trainwell"], "glue")
+    rates = lambda rec: [e["learning_rate"] for e in rec["log_history"] if "learning_rate" in e]
+    assert rates(ours) == pytest.approx(rates(upstream), rel=1e-6)
+
+
+def test_resume_from_checkpoint(runs, tmp_path):
+    """run_glue resumed from its checkpoint-6 reaches the uninterrupted run's log history, metrics, predictions and
+    weights, and its ``train_loss`` is the uninterrupted run's (the mean over all 18 steps: 0.6970). transformers
+    5.24's resumed run reports another figure (0.6925)."""
+    full = runs("glue")
+    checkpoint = full["trainwell"]["out"] / "checkpoint-6"
+    outs = {lib: tmp_path / lib for lib in LIBS}
+    jobs = {}
+    for lib in LIBS:
+        argv = list(full[lib]["argv"])
+        argv[argv.index("--output_dir") + 1] = str(outs[lib])
+        jobs[lib] = commands(lib, [*argv, "--resume_from_checkpoint", str(checkpoint)])
+    resumed = run_side_by_side(jobs, outs)
+    whole = left(full["trainwell"], "glue")
+    ours, upstream = left(resumed["trainwell"], "glue"), left(resumed["transformers"], "glue")
+    assert ours["checkpoints"] == ["checkpoint-12", "checkpoint-18"]  # written after the resume
+    _compare("glue resumed", {**whole, "checkpoints": ours["checkpoints"]}, ours)
+    true_loss = whole["all_results.json"]["train_loss"]
+    assert ours["all_results.json"]["train_loss"] == pytest.approx(true_loss, rel=1e-6)
+    assert upstream["all_results.json"]["train_loss"] != pytest.approx(true_loss, rel=1e-3)
+
+
+_TWO_RANKS = ("2 ranks: transformers 5.24 logs and back-propagates twice the loss (train_loss 1.399 for 0.700: "
+              "average_tokens_across_devices multiplies a loss that ignores num_items_in_batch by the world size) and "
+              "clipping the doubled gradient moves its run elsewhere; trainwell's is the ground truth "
+              "(test_two_processes_run)")
+
+
+def test_two_processes_run(runs):
+    """run_glue on 2 processes (torchrun, gloo, CPU, ``--use_cpu``: without it 5.x on a CPU-only machine runs each
+    rank alone): both libraries really run on 2 ranks (10 steps of 2 x 4 examples, not 18 of 4) and write the same
+    files and checkpoints; trainwell's train loss is the one-process run's scale (0.69), upstream's twice it."""
+    done = runs("glue", ("--use_cpu",), ranks=2)
+    upstream, ours = left(done["transformers"], "glue"), left(done["trainwell"], "glue")
+    assert ours["global_step"] == upstream["global_step"] == 10
+    assert ours["files"] == upstream["files"] and ours["checkpoints"] == upstream["checkpoints"]
+    one = left(runs("glue")["trainwell"], "glue")["all_results.json"]["train_loss"]
+    assert ours["all_results.json"]["train_loss"] == pytest.approx(one, rel=0.05)
+    assert upstream["all_results.json"]["train_loss"] == pytest.approx(2 * one, rel=0.05)
+
+
+@pytest.mark.xfail(strict=True, reason=_TWO_RANKS)
+def test_two_processes_same_run(runs):
+    """run_glue on 2 processes: both libraries' runs agree as one-process runs do."""
+    done = runs("glue", ("--use_cpu",), ranks=2)
+    _compare("glue on 2 ranks", left(done["transformers"], "glue"), left(done["trainwell"], "glue"))
