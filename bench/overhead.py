@@ -14,6 +14,7 @@ interpreters (and the same for transformers when it is installed).
     python bench/overhead.py            # full run (512 steps x 3 rounds)
     python bench/overhead.py --quick    # a shorter run (128 steps x 2 rounds)
     python bench/overhead.py --opcodes  # Python bytecodes per optimizer step (deterministic, for a busy machine)
+    python bench/overhead.py --optim adamw_torch_fused  # every runner with the fused AdamW (upstream's default)
 
 ``--opcodes`` counts the bytecode instructions the interpreter runs per optimizer step in each runner (the difference
 of a 40-step and a 20-step run, so set-up costs cancel), per function: the Python-level overhead without any timing
@@ -59,6 +60,7 @@ class BenchConfig:
     seed: int = 0
     threads: int = 1
     import_repeats: int = 5
+    optim: str = "adamw_torch"  # or "adamw_torch_fused" (upstream's default): the hand loop then passes fused=True
 
 
 # ------------------------------------------------------------------------------------------- model, data
@@ -115,7 +117,8 @@ def linear_warmup(warmup: int, total: int) -> Callable[[int], float]:
 
 def run_hand(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> float:
     """The hand-written loop; returns the mean training loss over all steps."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+    fused = {"fused": True} if cfg.optim == "adamw_torch_fused" else {}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, **fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup(cfg.warmup_steps, cfg.steps))
     model.train()
     step, epoch, total = 0, 0, torch.zeros(())
@@ -141,7 +144,7 @@ def _common_args(cfg: BenchConfig, workdir: str) -> dict[str, Any]:
     return dict(
         output_dir=workdir, max_steps=cfg.steps, per_device_train_batch_size=cfg.batch_size,
         learning_rate=cfg.learning_rate, weight_decay=0.0, warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type="linear", max_grad_norm=cfg.max_grad_norm, optim="adamw_torch",
+        lr_scheduler_type="linear", max_grad_norm=cfg.max_grad_norm, optim=cfg.optim,
         logging_steps=cfg.steps, eval_strategy="no", save_strategy="no", report_to="none",
         disable_tqdm=True, seed=cfg.seed, dataloader_num_workers=0, use_cpu=True,
     )
@@ -244,11 +247,12 @@ def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int) -> di
         counts.clear()
         with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(io.StringIO()):
             model = fresh_model(cfg.seed)
+            previous = sys.gettrace()  # a debugger's or coverage's tracer is put back
             sys.settrace(tracer)
             try:
                 runner(cfg, data, model, workdir)
             finally:
-                sys.settrace(None)
+                sys.settrace(previous)
         return dict(counts)
 
     traced(2)  # first-call costs (lazy imports)
@@ -310,7 +314,8 @@ def format_report(result: dict[str, Any]) -> str:
     median = {name: cfg["steps"] / statistics.median(times) for name, times in seconds.items()}
     cpu = {name: cfg["steps"] / min(times) for name, times in result["cpu_seconds"].items()}
     lines = [f"MLP 64-256-256-10, batch {cfg['batch_size']}, {cfg['steps']} steps, {cfg['rounds']} interleaved "
-             f"rounds, torch {torch.__version__}, {cfg['threads']} thread(s)", "",
+             f"rounds, torch {torch.__version__}, {cfg['threads']} thread(s), optim {cfg['optim']}, "
+             f"load average {os.getloadavg()[0]:.2f}", "",
              f"{'runner':<14}{'steps/s best':>13}{'steps/s median':>16}{'ratio best':>12}{'ratio median':>14}"
              f"{'ratio cpu':>11}{'train loss':>12}"]
     for name in seconds:
@@ -336,13 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--json", type=Path, help="also write the raw results to this json file")
+    parser.add_argument("--optim", default="adamw_torch", choices=("adamw_torch", "adamw_torch_fused"),
+                        help="the optimizer of every runner (default adamw_torch, trainwell's default)")
     parser.add_argument("--opcodes", action="store_true",
                         help="count Python bytecodes per step instead of timing (deterministic)")
     ns = parser.parse_args(argv)
     if ns.opcodes:
         print(opcode_report())
         return 0
-    cfg = BenchConfig(threads=ns.threads)
+    cfg = BenchConfig(threads=ns.threads, optim=ns.optim)
     if ns.quick:
         cfg.steps, cfg.rounds, cfg.import_repeats = 128, 2, 3
     cfg.steps = ns.steps or cfg.steps

@@ -47,9 +47,14 @@ def _private_temp_folder(tmp_path_factory: pytest.TempPathFactory):
 
     folder = tmp_path_factory.mktemp("tmp")
     previous_env, previous_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    previous_extensions = os.environ.get("TORCH_EXTENSIONS_DIR")
     os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = str(folder)
+    # DeepSpeed's ops compiled by the tests (~50 MB) go there too, not into ~/.cache/torch_extensions.
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(folder / "torch_extensions"))
     yield folder
+    if previous_extensions is None:
+        os.environ.pop("TORCH_EXTENSIONS_DIR", None)
     tempfile.tempdir = previous_tempdir
     if previous_env is None:
         os.environ.pop("TMPDIR", None)
@@ -81,6 +86,19 @@ def _signal_handlers_left_as_found():
             changed.append(name)
             signal.signal(number, handler)
     assert not changed, f"the test left its own handler for {changed} installed (restored now)"
+
+
+@pytest.fixture(autouse=True)
+def _library_log_levels_left_as_found():
+    """The ``trainwell`` and ``transformers`` loggers' levels are put back after each test: a Trainer with a
+    ``log_level`` sets them (as upstream sets transformers' verbosity), and ``log_level="passive"`` reads them."""
+    import logging
+
+    loggers = [logging.getLogger(name) for name in ("trainwell", "transformers")]
+    before = [logger.level for logger in loggers]
+    yield
+    for logger, level in zip(loggers, before):
+        logger.setLevel(level)
 
 
 class RegressionModel(nn.Module):

@@ -103,6 +103,7 @@ def test_backends_never_import_the_loops_or_the_trainer():
         assert not _imports(path) & {"loops", "trainer", "trainer_checkpoints"}, path.name
 
 
+@pytest.mark.slow
 def test_import_is_light():
     code = ("import sys, time; t=time.perf_counter(); import trainwell; "
             "heavy = [m for m in ('torch', 'numpy', 'deepspeed', 'transformers', 'datasets', 'tensorboard', "
@@ -112,6 +113,7 @@ def test_import_is_light():
     assert out.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_trainer_import_pulls_no_optional_package():
     code = ("import sys; from trainwell import Trainer, TrainingArguments; "
             "print([m for m in ('deepspeed', 'transformers', 'datasets', 'tensorboard', 'mlflow', 'optuna', "

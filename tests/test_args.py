@@ -587,6 +587,7 @@ def test_seq2seq_arguments(tmp_path):
         Seq2SeqTrainingArguments(output_dir=str(tmp_path), fp16=True, bf16=True)
 
 
+@pytest.mark.slow
 def test_import_and_construction_do_not_import_torch():
     code = ("import sys; from trainwell.args import TrainingArguments; TrainingArguments(); "
             "from trainwell.seq2seq_args import Seq2SeqTrainingArguments; Seq2SeqTrainingArguments(); "

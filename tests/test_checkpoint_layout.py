@@ -73,6 +73,7 @@ def test_atomic_dir_resave_same_step_replaces(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-3"]  # old copy moved aside and deleted
 
 
+@pytest.mark.slow
 def test_listing_ignores_incomplete_and_cleanup_removes_them(tmp_path):
     _save(tmp_path, 10)
     _save(tmp_path, 2)
@@ -111,7 +112,108 @@ def test_delete_checkpoint_never_leaves_a_partial_checkpoint_name(tmp_path, monk
     monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)  # the process dies before the files are gone
     delete_checkpoint(final)
     assert not final.exists()
-    assert [p.name for p in tmp_path.iterdir()] == [f".tmp-checkpoint-4-{os.getpid()}.old"]
+    assert [p.name for p in tmp_path.iterdir()] == [f".tmp-checkpoint-4-{os.getpid()}.del"]
+    monkeypatch.undo()
+    cleanup_incomplete(tmp_path, at_startup=True)  # a deletion's left-over is removed, never promoted back
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Killed(BaseException):
+    """Stands for a SIGKILL: nothing after it runs (a BaseException, so no ``except Exception`` catches it)."""
+
+
+def _kill_at(monkeypatch, nth: int) -> list[str]:
+    """Make the ``nth`` file-system call of the code under test (rename, unlink, rmtree, fsync) raise ``_Killed``."""
+    import shutil
+
+    calls: list[str] = []
+
+    def wrap(owner, name):
+        real = getattr(owner, name)
+
+        def fake(*args, **kwargs):
+            calls.append(name)
+            if len(calls) == nth:
+                raise _Killed(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, fake)
+
+    for owner, name in ((os, "rename"), (os, "unlink"), (shutil, "rmtree"), (os, "fsync")):
+        wrap(owner, name)
+    return calls
+
+
+def test_rotation_killed_at_every_file_system_call_never_leaves_a_foreign_checkpoint(tmp_path, monkeypatch):
+    for nth in range(1, 20):
+        root = tmp_path / str(nth)
+        final = _save(root, 4)
+        with monkeypatch.context() as patch:
+            calls = _kill_at(patch, nth)
+            try:
+                delete_checkpoint(final)
+            except _Killed:
+                pass
+            else:  # the deletion ran to its end before the nth call: every window has been tried
+                assert nth > len(calls) and not any(root.iterdir())
+                break
+        assert list_foreign_checkpoints(root) == [], (nth, calls)  # never a checkpoint-4 without its marker
+        cleanup_incomplete(root, at_startup=True)  # the next start (same pid: a fresh PID namespace)
+        assert [p.name for p in root.iterdir()] in ([], ["checkpoint-4"]), (nth, calls)
+        if final.exists():
+            verify_checkpoint(final)  # what survives is the complete, intact checkpoint
+    else:
+        pytest.fail("delete_checkpoint made more file-system calls than tried")
+    assert nth > 2  # the rename, the marker's unlink and the rmtree were each interrupted
+
+
+def test_emptied_marker_is_damage_not_a_checkpoint_without_checksums(tmp_path):
+    final = _save(tmp_path, 2, b"0123456789")
+    (final / COMPLETE_MARKER).write_text("")
+    with pytest.raises(CheckpointError, match=r"completion marker is empty.*resume from another checkpoint"):
+        verify_checkpoint(final)
+
+
+def test_cleanup_at_startup_treats_this_pid_as_a_dead_incarnation(tmp_path):
+    done = _save(tmp_path, 7, b"new")
+    own = tmp_path / f".tmp-checkpoint-7-{os.getpid()}"
+    os.rename(done, own)  # sealed, not renamed: the earlier incarnation died between marker and rename
+    (tmp_path / f".tmp-checkpoint-9-{os.getpid()}").mkdir()  # unsealed
+    assert cleanup_incomplete(tmp_path) == [] and own.exists()  # mid-run: a live save of this process
+    assert cleanup_incomplete(tmp_path, at_startup=True) == [tmp_path / f".tmp-checkpoint-9-{os.getpid()}"]
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-7"]
+    assert (tmp_path / "checkpoint-7" / "model.bin").read_bytes() == b"new"
+
+
+def _fsync_failing_on_folders(monkeypatch, code: int) -> None:
+    import stat
+
+    real = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(code, os.strerror(code))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def test_eio_from_the_folder_fsync_after_the_rename_is_raised(tmp_path, monkeypatch):
+    import errno
+
+    _fsync_failing_on_folders(monkeypatch, errno.EIO)
+    with pytest.raises(OSError, match=r"fsync of the folder .* failed .*may not be on disk") as info:
+        _save(tmp_path, 3)
+    assert info.value.errno == errno.EIO
+
+
+@pytest.mark.parametrize("name", ["EINVAL", "ENOTSUP", "ENOSYS"])
+def test_folder_fsync_not_supported_by_the_file_system_is_ignored(tmp_path, monkeypatch, name):
+    import errno
+
+    _fsync_failing_on_folders(monkeypatch, getattr(errno, name))
+    final = _save(tmp_path, 3)
+    verify_checkpoint(final)
 
 
 def test_missing_output_dir_lists_nothing(tmp_path):
@@ -121,6 +223,7 @@ def test_missing_output_dir_lists_nothing(tmp_path):
     assert get_last_checkpoint(tmp_path / "nope") is None
 
 
+@pytest.mark.slow
 def test_cleanup_recovers_complete_temp_when_final_missing(tmp_path):
     done = _save(tmp_path, 7, b"new")
     os.rename(done, tmp_path / f".tmp-checkpoint-7-{dead_pid()}")  # crash between "move old aside" and "rename new"

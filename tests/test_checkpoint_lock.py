@@ -72,6 +72,7 @@ def start_training(script: Path, out: Path, started: Path, wait: float, steps: i
                              str(steps)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_output_dir_fails_at_once(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(TRAIN_SCRIPT)
@@ -155,6 +156,7 @@ def test_an_output_dir_created_only_for_the_lock_is_removed(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ stale locks
+@pytest.mark.slow
 def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, caplog):
     pid = dead_pid()
     (tmp_path / LOCK_NAME).write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "since": "earlier"}))
@@ -177,6 +179,7 @@ def test_a_lock_of_another_host_is_respected(tmp_path):
     assert (tmp_path / "checkpoint-4").is_dir()
 
 
+@pytest.mark.slow
 def test_without_flock_a_live_pid_holds_and_a_dead_one_does_not(tmp_path, monkeypatch):
     monkeypatch.setattr(OutputDirLock, "_try_flock", lambda self, fd: None)  # a file system without flock
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -223,6 +226,7 @@ RANKS_SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_every_rank_fails_together_when_the_output_dir_is_locked(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(RANKS_SCRIPT)

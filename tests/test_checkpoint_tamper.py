@@ -126,6 +126,35 @@ def test_sizes_only_marker_of_format_1_still_loads(trained, tmp_path):
         assert torch.equal(trainer.model.state_dict()[key], value), key
 
 
+def test_emptied_marker_is_damage_and_resume_falls_back_past_a_flipped_optimizer_byte(trained, tmp_path):
+    out = _copy(trained, tmp_path)
+    folder = out / "checkpoint-4"
+    (folder / layout.COMPLETE_MARKER).write_bytes(b"")  # metadata emptied by a crash
+    _flip(folder / "optimizer.pt")  # and damaged content the lost checksums would have caught
+    with pytest.raises(CheckpointError, match=r"\.complete: the completion marker is empty"):
+        CheckpointManager(out).verify(folder)
+    with pytest.warns(UserWarning, match=r"checkpoint-4 is damaged .*marker is empty.*falling back to .*checkpoint-2"):
+        trainer = _train(out, resume=True)
+    for key, value in trained[1].items():
+        assert torch.equal(trainer.model.state_dict()[key], value), key
+
+
+def test_temp_folder_of_an_earlier_incarnation_with_the_same_pid_is_promoted(trained, tmp_path):
+    """A container restarted in a fresh PID namespace: the new trainer has the pid of the one that died between
+    the marker and the rename; its sealed temporary folder is promoted (no steps lost), not taken for a live save."""
+    import os
+
+    out = tmp_path / "out"
+    shutil.copytree(trained[0], out)
+    os.rename(out / "checkpoint-6", out / f".tmp-checkpoint-6-{os.getpid()}")
+    (out / f".tmp-checkpoint-8-{os.getpid()}").mkdir()  # and an unsealed one: removed
+    trainer = _train(out, resume=True)
+    assert trainer.state.global_step == 6 and (out / "checkpoint-6" / layout.COMPLETE_MARKER).is_file()
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".tmp-")]
+    for key, value in trained[1].items():  # resumed at step 6: nothing retrained, the weights are the saved ones
+        assert torch.equal(trainer.model.state_dict()[key], value), key
+
+
 # ------------------------------------------------------------------------------------------------ 2 ranks
 
 
@@ -163,6 +192,7 @@ def test_deepspeed_file_check_names_the_missing_shard(tmp_path):
         check_deepspeed_files(tmp_path, rank=0, zero_stage=2)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.parametrize("backend,damage,reason", [
     ("ddp", lambda folder: _flip(folder / "rng_state_1.pth"), "rng_state_1.pth: the file's xxh3_128 checksum"),

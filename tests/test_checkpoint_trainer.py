@@ -132,6 +132,7 @@ def test_damaged_newest_checkpoint_falls_back_to_previous_with_warning(tmp_path:
     assert trainer.state.global_step == 6
 
 
+@pytest.mark.slow
 def test_half_written_checkpoints_are_ignored_and_cleaned_up(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     regression_trainer(tmp_path, max_steps=4).train()
     unmarked = tmp_path / "checkpoint-6"

@@ -188,6 +188,7 @@ def test_resume_auto_from_training_arguments(tmp_path, caplog):
     assert "resuming from the newest checkpoint" in caplog.text
 
 
+@pytest.mark.slow
 def test_resume_last_on_fresh_folder_is_one_line(tmp_path):
     out_dir = tmp_path / "fresh"
     result = _subprocess(["train", "--output_dir", str(out_dir), "--resume_from_checkpoint", "last"])
@@ -224,6 +225,7 @@ def test_errors_are_one_line(tmp_path, capsys, argv, expected):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]  # nothing written
 
 
+@pytest.mark.slow
 def test_no_traceback_in_a_real_subprocess_and_debug_shows_it(tmp_path):
     result = _subprocess(["zero-to-fp32", str(tmp_path / "missing"), str(tmp_path / "out.pt")])
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -316,6 +318,7 @@ def test_generate_samples_from_the_saved_model(finished_run, capsys):
     assert main(["generate", str(checkpoint), "def f", "--length", "5"]) == 0  # config found in the parent
 
 
+@pytest.mark.slow
 def test_help_piped_into_head_is_quiet():
     result = subprocess.run(["bash", "-c", f'"{sys.executable}" -m trainwell train --help | head -1'],
                             capture_output=True, text=True, env=_env(), timeout=120)

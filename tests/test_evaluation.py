@@ -500,6 +500,7 @@ def _gather_worker(rank: int, world_size: int, port: int, queue) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_gather_across_ranks_two_processes_pads_sequence_dim():
     import torch.multiprocessing as mp
 

@@ -74,6 +74,7 @@ def test_default_hp_space_ray_is_upstreams() -> None:
     assert space["per_device_train_batch_size"].categories == [4, 8, 16, 32, 64]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ray_search_of_four_trials_finds_the_better_learning_rate() -> None:
     ray = pytest.importorskip("ray")
@@ -147,6 +148,7 @@ class FailOnce(TrainerCallback):
             raise RuntimeError("injected failure at step 10")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_failed_ray_trial_resumes_from_its_last_reported_checkpoint() -> None:
     ray = pytest.importorskip("ray")

@@ -22,6 +22,7 @@ def test_child_env_drops_launcher_variables_and_puts_the_checkout_first(monkeypa
     assert env["OMP_NUM_THREADS"] == "1" and env["DS_ACCELERATOR"] == "cpu"
 
 
+@pytest.mark.slow
 def test_torchrun_command_runs_two_ranks(tmp_path):
     script = tmp_path / "job.py"
     script.write_text("import json, os, sys\n"
@@ -31,6 +32,7 @@ def test_torchrun_command_runs_two_ranks(tmp_path):
     assert run_json([sys.executable, "-c", "pass"], tmp_path / "rank1.json", "nothing", timeout=60) == {"world": "2"}
 
 
+@pytest.mark.slow
 def test_a_failed_job_fails_the_test_with_its_output(tmp_path):
     with pytest.raises(pytest.fail.Exception, match=r"(?s)the job failed with exit code 3:.*BROKEN"):
         run([sys.executable, "-c", "import sys; print('BROKEN'); sys.exit(3)"], "the job", timeout=60)
@@ -40,6 +42,7 @@ def test_a_failed_job_fails_the_test_with_its_output(tmp_path):
         run_json([sys.executable, "-c", "pass"], tmp_path / "missing.json", "the job", timeout=60)
 
 
+@pytest.mark.slow
 def test_a_job_past_its_time_limit_is_killed_with_the_processes_it_started(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     code = ("import subprocess, sys, time\n"

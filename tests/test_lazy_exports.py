@@ -22,6 +22,7 @@ def test_every_listed_name_resolves_once_and_unknown_names_raise(package):
         module.no_such_name  # noqa: B018
 
 
+@pytest.mark.slow
 def test_a_name_loads_only_its_own_submodule():
     code = ("import sys, trainwell.data as d; before = 'trainwell.data.samplers' in sys.modules; "
             "d.default_data_collator; print(before, 'trainwell.data.collators' in sys.modules)")

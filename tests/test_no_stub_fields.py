@@ -66,3 +66,46 @@ def test_no_field_is_accepted_with_a_no_effect_warning(tmp_path, caplog) -> None
     TrainingArguments(str(tmp_path), torch_empty_cache_steps=2, eval_use_gather_object=True,
                       average_tokens_across_devices=True, include_tokens_per_second=True)
     assert "no effect" not in caplog.text
+
+
+# ------------------------------------------------------------------------------------- keys inside dict fields
+BACKENDS = PACKAGE / "backends"
+BACKEND_SOURCE = "\n".join(path.read_text() for path in sorted(BACKENDS.rglob("*.py")))
+# fsdp_config keys FSDP2 honours by construction (documented in trainwell/backends/fsdp.py's docstring)
+FSDP_BY_DESIGN = {"limit_all_gathers"}
+
+
+def _fsdp_config_keys() -> set[str]:
+    """Every key an ``accelerate launch`` FSDP config (all FSDP_* variables set) puts into ``fsdp_config``."""
+    from trainwell.accelerate_env import _fsdp_settings
+
+    env = {"FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "B",
+           "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
+    env.update({f"FSDP_{key}": "true" for key in ("ACTIVATION_CHECKPOINTING", "FORWARD_PREFETCH", "SYNC_MODULE_STATES",
+                                                  "CPU_RAM_EFFICIENT_LOADING", "USE_ORIG_PARAMS")})
+    keys = set(_fsdp_settings(env)[1])
+    keys |= set(_fsdp_settings({"FSDP_AUTO_WRAP_POLICY": "SIZE_BASED_WRAP"})[1])
+    return keys
+
+
+def test_every_fsdp_config_key_is_read_by_the_fsdp_backend() -> None:
+    keys = _fsdp_config_keys()
+    assert {"sync_module_states", "state_dict_type", "use_orig_params", "backward_prefetch"} <= keys
+    unread = [key for key in sorted(keys - FSDP_BY_DESIGN)
+              if not re.search(rf"(\.get\(|\[)\"{key}\"", BACKEND_SOURCE)]
+    assert unread == [], f"fsdp_config keys copied from the launch but never read by trainwell's FSDP backend: {unread}"
+
+
+
+# DeepSpeed config keys the engine leaves to its caller (seed 001): trainwell must act on them itself.
+DEEPSPEED_CALLER_KEYS = ["zero_optimization.stage", "zero_optimization.stage3_gather_16bit_weights_on_model_save"]
+
+
+def test_deepspeed_keys_left_to_the_trainer_are_read() -> None:
+    from trainwell.accelerate_env import _deepspeed_settings
+
+    zero = _deepspeed_settings({"ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"})["zero_optimization"]
+    assert "stage3_gather_16bit_weights_on_model_save" in zero  # the launch forwards it ...
+    unread = [key for key in DEEPSPEED_CALLER_KEYS  # "section.key" or the key alone, quoted
+              if not re.search(rf'"({re.escape(key)}|{re.escape(key.rsplit(".", 1)[-1])})"', BACKEND_SOURCE)]
+    assert unread == [], f"DeepSpeed keys the trainer must honour but trainwell never reads: {unread}"

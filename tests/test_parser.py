@@ -301,6 +301,7 @@ def test_training_arguments_like_dataclass(capsys):
     assert "invalid choice: 'sometimes'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_import_is_light():
     source = Path(__file__).resolve().parents[1] / "trainwell" / "parser.py"
     code = f"import runpy, sys; runpy.run_path({str(source)!r}); print('torch' in sys.modules, 'yaml' in sys.modules)"

@@ -193,6 +193,7 @@ def test_not_run_blocks_are_listed(capsys):
     assert not unknown, f"run-with names an unknown context: {unknown}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_document_blocks_run(document, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

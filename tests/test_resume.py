@@ -72,6 +72,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_sigkill_including_mid_save_resumes_bit_exact(reference: Path, tmp_path: Path) -> None:
     run_job(tmp_path, "--kill-at-step", 5, expect=-signal.SIGKILL)
     # the killed run's output_dir lock stays behind (taken over by the next run: its process is dead)
@@ -90,6 +91,7 @@ def test_sigkill_including_mid_save_resumes_bit_exact(reference: Path, tmp_path:
     assert_same_run(reference, tmp_path)
 
 
+@pytest.mark.slow
 def test_sigkill_at_seeded_random_steps_resumes_bit_exact(reference: Path, tmp_path: Path) -> None:
     kill_steps = sorted(random.Random(2).sample(range(1, TOTAL_STEPS + 1), 3))  # [2, 3, 17]: before any save too
     for i, step in enumerate(kill_steps):
@@ -98,6 +100,7 @@ def test_sigkill_at_seeded_random_steps_resumes_bit_exact(reference: Path, tmp_p
     assert_same_run(reference, tmp_path)
 
 
+@pytest.mark.slow
 def test_sigterm_preemption_saves_stops_and_resumes_bit_exact(reference: Path, tmp_path: Path) -> None:
     proc = run_job(tmp_path, "--term-at-step", 7)
     assert read_result(tmp_path) == {"preempted": True, "global_step": 7, "getitem_calls": 44 + 8}

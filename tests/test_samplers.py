@@ -130,6 +130,7 @@ def test_skip_first_batches_reads_and_discards():
     assert list(skip_first_batches([1, 2], 5)) == []
 
 
+@pytest.mark.slow
 def test_dataloader_with_resumable_sampler_and_iterable():
     data = list(range(10))
     sampler = ResumableSampler(10, seed=0)

@@ -206,6 +206,7 @@ def _wandb_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_wandb_offline(tmp_path):
     """In a child process: wandb keeps its settings per process, and its log is complete once the process ended."""
     pytest.importorskip("wandb")
@@ -233,6 +234,7 @@ def test_wandb_offline(tmp_path):
     assert "model.safetensors" in {entry.path for entry in artifacts[0].manifest.contents}
 
 
+@pytest.mark.slow
 def test_wandb_log_model_checkpoint(tmp_path):
     pytest.importorskip("wandb")
     out = train_in_child(tmp_path, "wandb", WANDB_READ_BACK, _wandb_env(
@@ -315,6 +317,7 @@ def test_codecarbon(tiny, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ ClearML
+@pytest.mark.slow
 def test_clearml_offline(tmp_path):
     pytest.importorskip("clearml")
     read_back = """
@@ -357,6 +360,7 @@ def test_neptune_offline(tiny, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------ Trackio
+@pytest.mark.slow
 def test_trackio_local(tmp_path):
     pytest.importorskip("trackio")
     read_back = """
@@ -374,6 +378,7 @@ def test_trackio_local(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ SwanLab
+@pytest.mark.slow
 def test_swanlab_offline(tmp_path):
     pytest.importorskip("swanlab")
     read_back = """

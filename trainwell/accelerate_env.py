@@ -83,9 +83,6 @@ def _unsupported(env: Mapping[str, str]) -> list[str]:
                 problems.append(f"PARALLELISM_CONFIG_{size}={value}: tensor/context/sequence parallelism is not "
                                 "supported by trainwell; set it to 1 in the accelerate config")
     if _flag(env, "ACCELERATE_USE_FSDP"):
-        if precision == "fp16":
-            problems.append("ACCELERATE_MIXED_PRECISION=fp16 with distributed_type FSDP: trainwell does not scale "
-                            "the loss of sharded gradients; set mixed_precision: bf16 (or use MULTI_GPU for fp16)")
         if _flag(env, "FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD"):
             problems.append("FSDP_ACTIVATION_CHECKPOINTING_OFFLOAD=true: offloading checkpointed activations is not "
                             "supported; set fsdp_activation_checkpointing_offload: false")

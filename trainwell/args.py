@@ -197,7 +197,7 @@ def suggest_unknown_arguments(cls: type) -> type:
 
 
 @suggest_unknown_arguments
-@dataclass
+@dataclass(repr=False)  # __repr__ is __str__ (below): dataclass would compile one over 137 fields for nothing
 class TrainingArguments:
     """The arguments of the training loop (upstream ``transformers.TrainingArguments`` names and defaults).
 
@@ -469,6 +469,9 @@ class TrainingArguments:
             (not 0 <= self.warmup_ratio <= 1, "warmup_ratio must lie in [0, 1]"),
             (self.max_steps == 0, "max_steps must be > 0, or -1 to train for num_train_epochs"),
             (self.num_train_epochs < 0, "num_train_epochs must be >= 0"),
+            (not math.isfinite(self.num_train_epochs) and self.max_steps <= 0,
+             "num_train_epochs must be a finite number of epochs (to train until stopped, set max_steps to a large "
+             "number, or stop early with EarlyStoppingCallback)"),
             # upstream treats 0 (any value <= 0) as "no limit": a silent keep-everything, refused here
             (self.save_total_limit is not None and self.save_total_limit < 1,
              "save_total_limit must be >= 1; use None to keep every checkpoint (what upstream silently does for "

@@ -17,6 +17,7 @@ import os
 import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 PROG = "trainwell"
@@ -52,7 +53,7 @@ def build_top_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="trainwell: train PyTorch models with the familiar Trainer / TrainingArguments API.",
         epilog="Run 'trainwell <command> --help' for the options of a command. "
-        "Start with 'trainwell train': it trains a small built-in model in about 35 s on 2 CPU cores.",
+        "Start with 'trainwell train': it trains a small built-in model in about a minute of CPU time.",
     )
     parser.add_argument("--version", action="store_true", help="print the trainwell version and exit")
     parser.add_argument("--debug", action="store_true",
@@ -92,10 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `trainwell train --help | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if debug:
             raise
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{PROG}: interrupted" + (f": {exc}" if str(exc) else ""), file=sys.stderr)
         return 130
     except Exception as exc:
         if debug:
@@ -140,7 +141,7 @@ Train a model with trainwell's Trainer.
   trainwell train
       Train the built-in recipe: a small character-level transformer language model on the text of Python's
       own standard-library docstrings (no download, no extra package). Progress bar, evaluation every
-      200 steps, checkpoints in ./trainwell-output, a summary at the end; about 35 s on 2 CPU cores. Then
+      200 steps, checkpoints in ./trainwell-output, a summary at the end; about a minute of CPU time. Then
       'trainwell plot trainwell-output' draws its curves, 'trainwell generate trainwell-output "Return the"'
       samples from the saved model, and trainwell-output/train.log holds the logs.
 
@@ -248,7 +249,48 @@ def run_train(argv: list[str]) -> int:
     recipe = load_recipe(config) if config else default_recipe()
     args = parse_training_args(recipe.args, flags)
     check_deepspeed_config(args)
+    check_output_dir(args)
     return run_recipe(recipe, args, argv)
+
+
+#: Files at the top of an output_dir that a finished run leaves (its final model and state).
+_RUN_FILES = ("model.safetensors", "pytorch_model.bin", "trainer_state.json", "all_results.json")
+
+
+def check_output_dir(args: Any) -> None:
+    """A fresh run (no ``--resume_from_checkpoint``) into a folder holding another run's checkpoints or model is
+    refused: it would overwrite that run's model and its summary would be read next to the other run's checkpoints.
+
+    ``--overwrite_output_dir`` starts over: the earlier run's trainwell checkpoints and log are removed (folders
+    trainwell did not write are kept, and said so), and the removal is printed.
+    """
+    from .checkpoint.layout import list_complete_checkpoints, list_foreign_checkpoints
+
+    if getattr(args, "resume_from_checkpoint", None) or not args.output_dir or not os.path.isdir(args.output_dir):
+        return
+    root = Path(args.output_dir)
+    own, foreign = list_complete_checkpoints(root), list_foreign_checkpoints(root)
+    files = [name for name in _RUN_FILES if (root / name).is_file()]
+    checkpoints = sorted(own + foreign, key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    if not checkpoints and not files:
+        return
+    shown = ", ".join([p.name for p in checkpoints[-2:]] + files[:2])  # the newest checkpoints, the final model
+    if not args.overwrite_output_dir:
+        raise CLIError(f"--output_dir {root} already holds another run ({shown}); a fresh run would overwrite its "
+                       f"model. Continue it with --resume_from_checkpoint auto, start over with "
+                       f"--overwrite_output_dir (removes its checkpoints), or choose another --output_dir")
+    if getattr(args, "process_index", 0) != 0:
+        return
+    import shutil
+
+    for folder in own:
+        shutil.rmtree(folder)
+    for name in (*_RUN_FILES, "train.log"):
+        if (root / name).is_file():
+            (root / name).unlink()
+    kept = f"; kept checkpoint folders trainwell did not write: {[p.name for p in foreign]}" if foreign else ""
+    print(f"{PROG}: --overwrite_output_dir: starting over in {root}; removed the earlier run's "
+          f"{len(own)} checkpoint(s) and its model, state and log{kept}", file=sys.stderr)
 
 
 def check_deepspeed_config(args: Any) -> None:
@@ -296,6 +338,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     from .callbacks.logfile import LogFileCallback
     from .trainer_utils import set_seed
 
+    use_recipe_threads(recipe)
     set_seed(args.seed)  # before building, so the model's initial weights follow --seed
     components = recipe.build()
     if components.train_dataset is None:
@@ -303,6 +346,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer = Trainer(args=args, **components.trainer_kwargs())
     use_plain_progress(trainer)
     trainer.add_callback(LogFileCallback())
+    trainer._preemption_hint = None  # the CLI prints its own resume command (_report_preemption)
     result = trainer.train(resume_from_checkpoint=_resume_value(args))
     if trainer.preempted:
         return _report_preemption(trainer, argv)
@@ -315,8 +359,21 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer.save_state()
     extra = recipe.finish(components, trainer) if recipe.finish else []
     if trainer.is_world_process_zero():
-        print(format_summary(recipe, args, result, eval_metrics, extra))
+        print(format_summary(recipe, args, result, eval_metrics, extra, checkpoint=trainer._checkpoint_of_this_run()))
     return 0
+
+
+def use_recipe_threads(recipe: Any, environ: Any = None) -> int | None:
+    """Set torch's thread count to the recipe's ``num_threads`` unless the user chose one (``OMP_NUM_THREADS``);
+    returns the count set, or None."""
+    environ = os.environ if environ is None else environ
+    wanted = getattr(recipe, "num_threads", None)
+    if wanted is None or environ.get("OMP_NUM_THREADS"):
+        return None
+    import torch
+
+    torch.set_num_threads(wanted)
+    return wanted
 
 
 def use_plain_progress(trainer: Any, stream: Any = None) -> None:
@@ -336,8 +393,6 @@ def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
     """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
     import shlex
 
-    from .checkpoint.layout import get_last_checkpoint
-
     signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
     kept: list[str] = []
     skip = False
@@ -349,8 +404,9 @@ def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
         elif not arg.startswith("--resume_from_checkpoint="):
             kept.append(arg)
     command = shlex.join(["trainwell", "train", *kept, "--resume_from_checkpoint", "auto"])
-    checkpoint = get_last_checkpoint(trainer.args.output_dir) if trainer.args.save_strategy != "no" else None
-    where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint saved (--save_strategy no)"
+    checkpoint = trainer._checkpoint_of_this_run()
+    where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint saved" + (
+        " (--save_strategy no)" if trainer.args.save_strategy == "no" else "")
     if trainer.is_world_process_zero():
         print(f"{PROG}: preempted by {signal_name} at step {trainer.state.global_step}, {where}; resume with: "
               f"{command}", file=sys.stderr)
@@ -371,15 +427,15 @@ def _last_eval_metrics(trainer: Any) -> dict[str, Any]:
 _EVAL_SPEED_KEYS = ("eval_loss", "eval_runtime", "eval_samples_per_second", "eval_steps_per_second", "epoch")
 
 
-def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, Any]) -> list[tuple[str, str]]:
-    """The ``(label, value)`` rows of the end-of-run summary."""
+def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, Any],
+                 checkpoint: str | os.PathLike | None = None) -> list[tuple[str, str]]:
+    """The ``(label, value)`` rows of the end-of-run summary; ``checkpoint`` is the newest one this run wrote or
+    resumed from (never another run's)."""
     import math
-
-    from .checkpoint.layout import get_last_checkpoint
 
     metrics = result.metrics
     rows = [("recipe", recipe.name), ("steps", str(result.global_step)),
-            ("train loss", f"{result.training_loss:.4f}")]
+            ("train loss", f"{result.training_loss:.4f} (mean over the run)")]
     if "eval_loss" in eval_metrics:
         loss = float(eval_metrics["eval_loss"])
         rows.append(("eval loss", f"{loss:.4f}"))
@@ -391,7 +447,7 @@ def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, An
     rows += [
         ("runtime", f"{metrics.get('train_runtime', float('nan')):.1f} s"),
         ("samples/s", f"{metrics.get('train_samples_per_second', float('nan')):.1f}"),
-        ("checkpoint", get_last_checkpoint(args.output_dir) or "none"),
+        ("checkpoint", str(checkpoint) if checkpoint else "none"),
         ("model saved to", str(args.output_dir)),
     ]
     return rows
@@ -401,13 +457,14 @@ SUMMARY_WIDTH = 80
 
 
 def format_summary(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, Any],
-                   extra: Sequence[tuple[str, str]] = (), width: int = SUMMARY_WIDTH) -> str:
+                   extra: Sequence[tuple[str, str]] = (), width: int = SUMMARY_WIDTH,
+                   checkpoint: str | os.PathLike | None = None) -> str:
     """The end-of-run summary: ``label  value`` rows no wider than ``width`` columns.
 
     A long value is wrapped under its label; a value with line breaks (a generated sample) is shown after the rows
     as an indented block, so its own characters (``|``, tabs) cannot be mistaken for layout.
     """
-    rows = summary_rows(recipe, args, result, eval_metrics) + list(extra)
+    rows = summary_rows(recipe, args, result, eval_metrics, checkpoint) + list(extra)
     texts = [(label, value) for label, value in rows if "\n" in value]
     rows = [(label, value) for label, value in rows if "\n" not in value]
     label_width = max(len(label) for label, _ in rows)

@@ -161,16 +161,84 @@ def init_process_group(env: LaunchEnv, device: "torch.device", *, backend: str |
         return False
     if dist.is_initialized():
         return True
+    check_rendezvous_env(env)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     if device.type == "cuda":
         import torch
 
         torch.cuda.set_device(device)
-    dist.init_process_group(backend=backend or default_backend(device), rank=env.rank,
-                            world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
+    with RendezvousWatch(env, timeout_s):
+        dist.init_process_group(backend=backend or default_backend(device), rank=env.rank,
+                                world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
     close_process_group_at_exit()
     return True
+
+
+def _single_node_mpi() -> bool:
+    """``mpirun`` on one node: its ranks can meet on 127.0.0.1 without a ``MASTER_ADDR``."""
+    world, local = _int_env("OMPI_COMM_WORLD_SIZE"), _int_env("OMPI_COMM_WORLD_LOCAL_SIZE")
+    return world is not None and world == local
+
+
+def check_rendezvous_env(env: LaunchEnv) -> None:
+    """Refuse at once a launch environment that would wait for peers nothing started.
+
+    Every launcher of several processes (torchrun, ``accelerate launch``, the ``deepspeed`` launcher, the legacy
+    ``torch.distributed.launch``) sets ``MASTER_ADDR``; ``srun`` implies it (the first host of the node list, filled
+    by :func:`read_launch_env`) and so does ``mpirun`` on one node. ``WORLD_SIZE``/``RANK`` without it are a leftover
+    (a shell a launcher started, a notebook): the rendezvous would wait up to ``ddp_timeout`` for ranks that never
+    come.
+    """
+    if env.world_size <= 1 or os.environ.get("MASTER_ADDR") or _single_node_mpi():
+        return
+    found = ", ".join(f"{name}={os.environ[name]}" for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_PROCID",
+                                                              "OMPI_COMM_WORLD_SIZE") if name in os.environ)
+    raise RuntimeError(
+        f"incomplete launch environment: {found} ask for {env.world_size} processes but MASTER_ADDR is not set, so "
+        f"this process would wait for peers that nothing started. Launch with a launcher that starts them all and "
+        f"sets MASTER_ADDR/MASTER_PORT (torchrun --nproc_per_node={env.world_size} script.py), set MASTER_ADDR and "
+        f"MASTER_PORT to rank 0's host and a free port if you start every rank yourself, or unset WORLD_SIZE, RANK "
+        f"and LOCAL_RANK to train in one process.")
+
+
+class RendezvousWatch:
+    """While the process group forms, say on stderr who waits for whom, after ``first_s`` and then every
+    ``every_s`` seconds: a rendezvous waiting for a rank that never comes is otherwise silent until ``ddp_timeout``."""
+
+    def __init__(self, env: LaunchEnv, timeout_s: float, *, first_s: float = 5.0, every_s: float = 30.0) -> None:
+        import threading
+
+        self.env, self.timeout_s, self.first_s, self.every_s = env, timeout_s, first_s, every_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="trainwell-rendezvous-watch", daemon=True)
+
+    def message(self, waited_s: float) -> str:
+        """The report after ``waited_s`` seconds of waiting."""
+        address = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+        world = self.env.world_size
+        if self.env.rank == 0:
+            others = "rank 1" if world == 2 else f"ranks 1 to {world - 1}"
+            who = f"rank 0 hosts the rendezvous at {address} and waits for {others} (at least one has not joined)"
+        else:
+            who = f"rank {self.env.rank} waits for rank 0 at {address} (not reachable or not started yet)"
+        return (f"trainwell: {who}: {waited_s:.0f} s so far, giving up after {self.timeout_s:.0f} s (ddp_timeout). "
+                f"Are all {world} processes started with the same MASTER_ADDR/MASTER_PORT?")
+
+    def _watch(self) -> None:
+        start = time.monotonic()
+        wait = self.first_s
+        while not self._done.wait(wait):
+            print(self.message(time.monotonic() - start), file=sys.stderr, flush=True)
+            wait = self.every_s
+
+    def __enter__(self) -> "RendezvousWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 _EXIT_BARRIER_TIMEOUT_S = 60.0

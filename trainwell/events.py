@@ -24,7 +24,8 @@ Outside training: ``Trainer.evaluate`` fires ``on_prediction_step`` per batch th
 fires before pushing to a model hub (kept for compatibility).
 
 Dispatch is cheap: for every event the handler keeps the callbacks that actually override it, so an
-event nobody listens to costs one dict lookup.
+event nobody listens to costs one dict lookup, and the keywords every callback receives are built once
+(again only when one of them is reassigned), not per event.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ EVENTS: tuple[str, ...] = (
 # base class) so that events.py does not depend on the callbacks package.
 NOOP_MARKER = "_trainwell_noop"
 
+# The handler's attributes passed to every callback as keywords (processing_class also as ``tokenizer``).
+_COMMON_ATTRS = frozenset(
+    {"model", "processing_class", "optimizer", "lr_scheduler", "train_dataloader", "eval_dataloader"}
+)
+
 
 def _listens(callback: Any, event: str) -> bool:
     """Whether ``callback`` has a real (non no-op) handler for ``event``."""
@@ -92,6 +98,7 @@ class CallbackHandler:
         self._callbacks: list[Any] = []
         self._listeners: dict[str, list[Any]] = {event: [] for event in EVENTS}
         self._count = 0
+        self._common: dict[str, Any] | None = None
         self.model = model
         self.processing_class = processing_class
         self.optimizer = optimizer
@@ -106,6 +113,11 @@ class CallbackHandler:
                 "(it decides when to log, evaluate, save and stop). Current callbacks:\n%s",
                 self.callback_list,
             )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _COMMON_ATTRS:  # the cached keywords of call_event are stale
+            self.__dict__["_common"] = None
 
     # -- registry -----------------------------------------------------------------------------
     @property
@@ -176,16 +188,19 @@ class CallbackHandler:
         listeners = self._listeners[event]
         if not listeners:
             return control
-        common = {
-            "model": self.model,
-            "processing_class": self.processing_class,
-            "tokenizer": self.processing_class,
-            "optimizer": self.optimizer,
-            "lr_scheduler": self.lr_scheduler,
-            "train_dataloader": self.train_dataloader,
-            "eval_dataloader": self.eval_dataloader,
-        }
-        common.update(kwargs)
+        common = self._common
+        if common is None:
+            common = self._common = {
+                "model": self.model,
+                "processing_class": self.processing_class,
+                "tokenizer": self.processing_class,
+                "optimizer": self.optimizer,
+                "lr_scheduler": self.lr_scheduler,
+                "train_dataloader": self.train_dataloader,
+                "eval_dataloader": self.eval_dataloader,
+            }
+        if kwargs:  # the event's own keywords win over the common ones; the cached dict is never changed
+            common = {**common, **kwargs}
         for callback in listeners:
             result = getattr(callback, event)(args, state, control, **common)
             if isinstance(result, TrainerControl):
@@ -219,22 +234,30 @@ class CallbackHandler:
         control.should_log = False
         control.should_evaluate = False
         control.should_save = False
+        if not self._listeners["on_step_begin"] and self._count == len(self._callbacks):  # per step: nobody listens
+            return control
         return self.call_event("on_step_begin", args, state, control, **kwargs)
 
     def on_substep_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
         """End of a gradient-accumulation micro-step that is not the last of its step."""
+        if not self._listeners["on_substep_end"] and self._count == len(self._callbacks):  # per step: nobody listens
+            return control
         return self.call_event("on_substep_end", args, state, control, **kwargs)
 
     def on_pre_optimizer_step(
         self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         """After gradient clipping, before ``optimizer.step()``."""
+        if not self._listeners["on_pre_optimizer_step"] and self._count == len(self._callbacks):  # per step: nobody listens
+            return control
         return self.call_event("on_pre_optimizer_step", args, state, control, **kwargs)
 
     def on_optimizer_step(
         self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         """After ``optimizer.step()``, before gradients are zeroed."""
+        if not self._listeners["on_optimizer_step"] and self._count == len(self._callbacks):  # per step: nobody listens
+            return control
         return self.call_event("on_optimizer_step", args, state, control, **kwargs)
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:

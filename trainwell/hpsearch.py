@@ -47,7 +47,7 @@ _NON_OBJECTIVE_SUFFIXES = ("_runtime", "_per_second", "_compilation_time", "_del
 
 # Trainer attributes a trial replaces and the search puts back at the end.
 _RESTORED = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler", "label_smoother",
-             "_checkpoints", "_last_checkpoint")
+             "_checkpoints", "_last_checkpoint", "_resumed_from")
 _RESTORED_ON_HANDLER = ("model", "optimizer", "lr_scheduler")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -29,6 +29,11 @@ def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]
         loss = getattr(outputs, "loss", None)
     if isinstance(loss, torch.Tensor) and loss.dim() == 0 or isinstance(loss, torch.Tensor) and loss.numel() > 1:
         return loss
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        raise ValueError(
+            f"The model returned its loss as a Python {type(loss).__name__} ({loss!r}), not a tensor: a float has no "
+            "gradient to train on. Return the loss tensor itself (no .item() or float()), e.g. "
+            "{'loss': torch.nn.functional.cross_entropy(logits, labels)}.")
     keys = sorted(inputs) if isinstance(inputs, Mapping) else []
     missing = [name for name in label_names if name not in keys]
     hint = (f"the batch has no {missing} column (batch keys: {keys}); add labels to the dataset items, set "
@@ -69,3 +74,25 @@ class LabelSmoother:
         nll = nll.sum() / num_active
         smoothed = smoothed.sum() / (num_active * log_probs.shape[-1])
         return (1 - self.epsilon) * nll + self.epsilon * smoothed
+
+
+def explain_rejected_labels(error: TypeError, model: Any, inputs: Mapping[str, Any],
+                            label_names: Sequence[str]) -> ValueError | None:
+    """The cause and the fix when ``model(**inputs)`` refused a label column (``forward(self, x)`` given a labelled
+    batch: Python only says "unexpected keyword argument 'labels'"); None for any other ``TypeError``."""
+    import inspect
+
+    from .data.columns import unwrap_for_signature
+
+    rejected = [name for name in (*label_names, "labels") if name in inputs and f"'{name}'" in str(error)]
+    if "unexpected keyword argument" not in str(error) or not rejected:
+        return None
+    try:
+        signature = f"forward{inspect.signature(unwrap_for_signature(model).forward)}"
+    except (TypeError, ValueError):
+        signature = "forward"
+    name = rejected[0]
+    return ValueError(
+        f"The model's {signature} does not take {name!r}, but the batch has it (the dataset items carry labels). "
+        f"Let the model compute its loss: def forward(self, ..., {name}=None) returning {{'loss': ..., 'logits': "
+        f"...}}; or compute it outside the model with Trainer(compute_loss_func=...) or by overriding compute_loss.")

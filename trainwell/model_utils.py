@@ -40,12 +40,17 @@ def find_labels(model: nn.Module | type) -> list[str]:
 
 
 def accepts_loss_kwargs(model: nn.Module) -> bool:
-    """True when the model's forward takes ``num_items_in_batch`` (or declares ``accepts_loss_kwargs``)."""
+    """Whether ``num_items_in_batch`` can be passed to the model's forward (upstream's rule): the model's
+    ``accepts_loss_kwargs`` attribute when it declares one, else a parameter of that name or ``**kwargs``.
+
+    Whether the loss then honours it is another question, answered at train time (``loops.loss_scaling``).
+    """
     inner = unwrap_model(model)
     declared = getattr(inner, "accepts_loss_kwargs", None)
     if declared is not None:
         return bool(declared)
-    return "num_items_in_batch" in forward_parameters(inner)
+    params = forward_parameters(inner)
+    return "num_items_in_batch" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
 def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:

@@ -47,12 +47,14 @@ def signature_accepts(fn: Any) -> Accepts:
 
 def _spec(obj: Any, name: str, method: Any) -> Accepts:
     key = getattr(method, "__func__", method)
-    cache = obj.__dict__.get(_CACHE_ATTR)
-    if cache is None:
-        cache = obj.__dict__[_CACHE_ATTR] = {}
-    entry = cache.get(name)
-    if entry is None or entry[0] is not key:
-        entry = cache[name] = (key, signature_accepts(method))
+    try:  # the hit is the common case (called per micro-batch): one lookup chain, no allocation
+        entry = obj.__dict__[_CACHE_ATTR][name]
+        if entry[0] is key:
+            return entry[1]
+    except KeyError:
+        pass
+    cache = obj.__dict__.setdefault(_CACHE_ATTR, {})
+    entry = cache[name] = (key, signature_accepts(method))
     return entry[1]
 
 

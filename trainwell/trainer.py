@@ -28,15 +28,15 @@ from .trainer_compat import TrainerCompat
 from .trainer_hub import TrainerHub
 from .data.collators import DataCollatorWithPadding, default_data_collator
 from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
-from .data.length_check import LengthCheckedIterable
 from .data.loader import build_dataloader, has_length
-from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+from .distributed import all_gather_object
 from .events import CallbackHandler
 from .loops import train_hooks
 from .loops.eval_loop import EvaluationMixin
+from .loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
 from .loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from .logging_utils import setup_process_logging
-from .losses import LabelSmoother, extract_loss
+from .losses import LabelSmoother, explain_rejected_labels, extract_loss
 from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
                           find_labels, forward_parameters, unwrap_model)
@@ -104,9 +104,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
     # for a per-micro-batch mean; None decides from num_items_in_batch.
     loss_is_scaled_for_ga: bool | None = None
-    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every accumulation window
-    # (the number of micro-batches in it, or total rows / this micro-batch's rows when their sizes differ).
-    current_gradient_accumulation_steps: int | float = 1
+    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every micro-batch: the window's
+    # items (labels, or rows) over this micro-batch's (a tensor when counted over the ranks), so the window sums to
+    # the mean loss of one big batch.
+    current_gradient_accumulation_steps: int | float | torch.Tensor = 1
 
     def __init__(
         self,
@@ -152,6 +153,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         _check_before_training(args, train_dataset, eval_dataset)
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
+        self._check_metric_for_best_model()
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
@@ -174,6 +176,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self.current_flos = 0.0
         self._skipped_steps = 0
         self._warned_non_finite = False
+        self._step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
         self._train_batch_size = self._requested_batch_size = args.train_batch_size
         self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
@@ -183,12 +186,32 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._flops_owner: nn.Module | None = None
         self._main_input: str | None = None
         self._model_flops: Callable[[Any], int] | None = None
+        self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
         if args.push_to_hub:
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
+
+    # What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
+    _METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
+                                "jit_compilation_time", "tokens_per_second")
+
+    def _check_metric_for_best_model(self) -> None:
+        """Refuse now a ``metric_for_best_model`` no evaluation can return (upstream fails at the first evaluation,
+        after a checkpoint was written)."""
+        name = self.args.metric_for_best_model
+        strategy = getattr(self.args.eval_strategy, "value", self.args.eval_strategy)
+        if not name or self.compute_metrics is not None or strategy == "no":
+            return
+        custom = type(self).evaluate is not Trainer.evaluate or type(self).evaluation_loop is not Trainer.evaluation_loop
+        if custom or name.removeprefix("eval_") in self._METRICS_WITHOUT_COMPUTE:
+            return
+        raise ValueError(
+            f"metric_for_best_model={name!r} cannot be computed: without compute_metrics an evaluation returns only "
+            f"eval_loss (and its speed). Pass compute_metrics=... returning {{{name.removeprefix('eval_')!r}: ...}}, "
+            "or set metric_for_best_model='loss' (the default with load_best_model_at_end).")
 
     def _initial_model(self, model: nn.Module | None, model_init: Callable[..., nn.Module] | None) -> nn.Module:
         """The model passed in, or the one ``model_init`` builds; a clear error for anything else."""
@@ -254,6 +277,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         sampler = None
         if isinstance(dataset, torch.utils.data.IterableDataset):
             if has_length(dataset) and self.args.dataloader_num_workers == 0:
+                from .data.length_check import LengthCheckedIterable
+
                 dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
         if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
             # an override of the older _get_train_sampler(self) reads self.train_dataset itself
@@ -272,6 +297,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        from .data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+
         dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
@@ -374,7 +401,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
+        for v in inputs.values():
+            if type(v) is not torch.Tensor or not v.is_cpu:
+                return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v)
+                        for k, v in inputs.items()}
+        return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
 
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
@@ -403,7 +434,13 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             labels = inputs.pop("labels")
         if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
             inputs = {**inputs, "num_items_in_batch": num_items_in_batch}
-        outputs = model(**inputs)
+        try:
+            outputs = model(**inputs)
+        except TypeError as err:
+            explained = explain_rejected_labels(err, model, inputs, self.label_names)
+            if explained is None:
+                raise
+            raise explained from err
         if self.args.past_index >= 0:
             self._past = outputs[self.args.past_index]
         if labels is not None and self.compute_loss_func is not None:
@@ -435,33 +472,49 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         scaled = self.loss_is_scaled_for_ga
         if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
             scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
-        if not scaled and self.current_gradient_accumulation_steps != 1:
+        divisor = self.current_gradient_accumulation_steps
+        if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
             # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
-            loss = loss / self.current_gradient_accumulation_steps
+            loss = loss / divisor
         self.backend.backward(loss)
         return loss.detach()
 
     def _compute_loss_takes_num_items(self) -> bool:
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
-        return accepts(self, "compute_loss").takes("num_items_in_batch")
+        method = self.compute_loss
+        func = getattr(method, "__func__", method)
+        cached = self._loss_takes_items
+        if cached is not None and cached[0] is func:  # per micro-batch: the answer of the same function is kept
+            return cached[1]
+        takes = accepts(self, "compute_loss").takes("num_items_in_batch")
+        self._loss_takes_items = (func, takes)
+        return takes
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
-    def _count_items(self, group: list[Any]) -> torch.Tensor | None:
-        """Label items (not -100) in all micro-batches of one optimizer step, so accumulation normalises exactly;
-        summed over the ranks with ``average_tokens_across_devices`` (then ``compute_loss`` scales the loss back)."""
-        counts = [b["labels"].ne(-100).sum() for b in group
-                  if isinstance(b, Mapping) and isinstance(b.get("labels"), torch.Tensor)]
-        if not counts:
-            return None
-        total = torch.stack(counts).sum() if len(counts) > 1 else counts[0]
-        total = total.to(self.args.device)
-        if self.args.average_tokens_across_devices and self.args.world_size > 1:
-            import torch.distributed as dist
-
-            dist.all_reduce(total)  # the items of the whole global batch (one collective per optimizer step)
-        return total
+    def _window_scaler(self, first_batch: Any) -> WindowScaler:
+        """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
+        ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+        args = self.args
+        across = bool(args.average_tokens_across_devices) and args.world_size > 1
+        if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
+            rule = LossRule(True, "labels", "compute_loss_func")
+        elif self.label_smoother is not None:  # a mean over the unshifted labels (LabelSmoother)
+            rule = LossRule(False, "labels", "label smoothing")
+        elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
+            rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
+        elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
+            rule = LossRule(False, "labels", "one micro-batch per step")
+        else:
+            rule = probe_loss_rule(self.model, self._prepare_inputs(first_batch))
+            if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
+                rule = all_gather_object(rule)[0]
+            logger.info("Gradient accumulation with %s: %s", type(unwrap_model(self.model)).__name__,
+                        rule.describe())
+        if self.compute_loss_func is None:
+            self.model_accepts_loss_kwargs = rule.takes_num_items
+        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=across)
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
@@ -483,18 +536,18 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             return 6 * inputs[self._main_input].numel() * self._num_params
         if self._num_params is None:
             self._num_params = count_parameters(unwrap_model(model))
-        if type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-            return 0
-        main = inputs.get("input_ids")
-        if main is None:
-            for value in inputs.values():
-                if isinstance(value, torch.Tensor):
-                    main = value
-                    break
-            else:
-                return 0
-        items = main.numel() if not main.is_floating_point() else (main.shape[0] if main.dim() else 1)
-        return 6 * self._num_params * items
+        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+            main = inputs.get("input_ids")
+            if main is None:
+                for main in inputs.values():  # the first tensor
+                    if isinstance(main, torch.Tensor):
+                        break
+                else:
+                    return 0
+            if main.is_floating_point():  # features, not tokens: one item per row
+                return 6 * self._num_params * (main.shape[0] if main.dim() else 1)
+            return 6 * self._num_params * main.numel()
+        return 0
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
@@ -631,7 +684,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         logs: dict[str, float] = {"loss": window / steps}
         if grad_norm is not None:
             logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
-        logs["learning_rate"] = self._get_learning_rate()
+        logs["learning_rate"] = self._logged_learning_rate()
         self.store_flos()
         self.log(logs)
 
@@ -654,6 +707,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _globalstep_last_logged(self, value: int) -> None:
         if self._loop is not None:
             self._loop.last_logged_step = value
+
+    def _logged_learning_rate(self) -> float:
+        """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
+        used = self._step_learning_rate
+        return float(used) if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:
@@ -687,13 +745,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         train_loss = self._loop.final_total() / steps
         if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
             self._load_best_model()
-        if plan.micro_batches_per_epoch:
-            num_samples = (plan.max_steps * plan.total_train_batch_size if self.args.max_steps > 0
-                           else plan.num_examples * self.args.num_train_epochs)
+        if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
+            num_samples = plan.num_examples * self.args.num_train_epochs
         else:
             num_samples = plan.max_steps * plan.total_train_batch_size
+        # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
+        # whole plan (the seeds' versions divided the planned max_steps by the runtime).
+        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
+        num_samples = num_samples * steps_run / max(plan.max_steps, 1)
         tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
-        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=plan.max_steps,
+        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
                                           num_tokens=tokens)
         self.store_flos()
         metrics["total_flos"] = self.state.total_flos

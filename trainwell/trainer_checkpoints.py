@@ -11,22 +11,24 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from .checkpoint.async_save import AsyncSaver
-from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_NAME, cleanup_incomplete, list_foreign_checkpoints,
-                                list_resumable_checkpoints)
-from .checkpoint.lock import OutputDirLock, OutputDirLockedError
+from .backends.base import WeightsNotGathered
+from .checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME, TRAINING_ARGS_NAME, cleanup_incomplete,
+                                list_complete_checkpoints, list_foreign_checkpoints, list_resumable_checkpoints)
 from .checkpoint.manager import CheckpointContents, CheckpointManager
-from .checkpoint.preemption import PreemptionGuard
-from .checkpoint.weights import load_model_weights, save_model_weights
 from .loops.train_loop import DataPosition
 from .model_utils import unwrap_model
 from .overrides import call_override
 from .state import TrainerState
+
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
+    from .checkpoint.async_save import AsyncSaver
+    from .checkpoint.lock import OutputDirLock, OutputDirLockedError
+    from .checkpoint.preemption import PreemptionGuard
 
 logger = logging.getLogger("trainwell.trainer")
 
@@ -44,7 +46,10 @@ class TrainerCheckpointing:
                                               rank=args.process_index, world_size=args.world_size,
                                               should_save=args.should_save,
                                               trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
-        self._last_checkpoint: Path | None = None
+        self._last_checkpoint: Path | None = None  # the newest checkpoint the current train() call wrote
+        self._resumed_from: Path | None = None  # the checkpoint the current train() call resumed from
+        # How the preemption warning tells the user to continue (the CLI prints its own command instead: None).
+        self._preemption_hint: str | None = "continue with train(resume_from_checkpoint=True)"
         self._resume_with_fallback = False
         self._output_dir_lock: OutputDirLock | None = None
         self.preempted = False
@@ -64,6 +69,7 @@ class TrainerCheckpointing:
                 "written by an engine (DeepSpeed's save_checkpoint, the ZeroRedundancyOptimizer state of "
                 "sharded_ddp) synchronously, with collectives on the training process group, so it cannot run in "
                 "a background thread; set async_save=False (one process, DDP and FSDP support it)")
+        from .checkpoint.async_save import AsyncSaver
         from .distributed import is_dist
 
         if self.args.world_size > 1 and is_dist():
@@ -72,8 +78,12 @@ class TrainerCheckpointing:
             return AsyncSaver(group=new_saver_group(timeout_s=getattr(self.args, "ddp_timeout", None)))
         return AsyncSaver()
 
-    def _contents(self, *, tr_loss: torch.Tensor | None = None) -> CheckpointContents:
-        """Everything resumable, as the checkpoint package expects it."""
+    def _contents(self, *, tr_loss: torch.Tensor | None = None, stream: bool = False) -> CheckpointContents:
+        """Everything resumable, as the checkpoint package expects it.
+
+        ``stream``: a sharded model's weights are gathered one tensor at a time while they are written (a
+        synchronous save); otherwise (an asynchronous save's snapshot) they are gathered whole now.
+        """
         # every rank's running loss is gathered (a collective: _contents runs on every rank at save time)
         data_state = self._loop.data_state(self.state.global_step) if tr_loss is not None else None
         sharded = self.backend.caps.sharded_state
@@ -83,7 +93,8 @@ class TrainerCheckpointing:
             extra=dict(self.backend.state_dicts()), trainer_state=self.state, args=self.args,
             data_state=data_state, processing_class=self.processing_class,
             save_only_model=self.args.save_only_model, safe_serialization=self.args.save_safetensors,
-            model_state_dict=self.backend.full_state_dict() if sharded else None)
+            model_state_dict=None if not sharded else (self.backend.stream_state_dict(model_save=False) if stream
+                                                         else self.backend.full_state_dict()))
 
     def _resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
         """The checkpoint folder to resume from (None to start fresh).
@@ -96,7 +107,7 @@ class TrainerCheckpointing:
         self._lock_output_dir()
         try:
             if self.args.should_save:
-                removed = cleanup_incomplete(self.args.output_dir)
+                removed = cleanup_incomplete(self.args.output_dir, at_startup=True)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
                                    [str(p) for p in removed])
@@ -108,7 +119,26 @@ class TrainerCheckpointing:
             self._release_output_dir()
             raise
         self._warn_foreign_checkpoints(folder)
+        self._warn_earlier_run(folder)
+        self._last_checkpoint, self._resumed_from = None, folder
         return folder
+
+    def _checkpoint_of_this_run(self) -> Path | None:
+        """The newest checkpoint the current ``train()`` call wrote, else the one it resumed from; never a
+        checkpoint another run left in ``output_dir``."""
+        return self._last_checkpoint or self._resumed_from
+
+    def _warn_earlier_run(self, resume_from: Path | None) -> None:
+        """A fresh run into a folder holding an earlier run's checkpoints says so loudly: they are not this run's,
+        and the newest of them stays what ``resume_from_checkpoint=True`` would pick."""
+        if resume_from is not None or not self.args.should_save or not self.args.output_dir:
+            return
+        earlier = list_complete_checkpoints(self.args.output_dir)
+        if earlier and not self.args.overwrite_output_dir:
+            logger.warning("output_dir %s holds checkpoints of an earlier run (%s); this run starts from scratch and "
+                           "writes next to them, and its final model replaces that run's. Continue that run with "
+                           "train(resume_from_checkpoint=True), or use another output_dir.", self.args.output_dir,
+                           ", ".join(p.name for p in earlier[-3:]))
 
     def _wait_for_cleanup(self) -> None:
         """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder
@@ -137,6 +167,8 @@ class TrainerCheckpointing:
     def _lock_output_dir(self) -> None:
         """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
         (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
+        from .checkpoint.lock import OutputDirLock, OutputDirLockedError
+
         error: OutputDirLockedError | None = None
         if self.args.process_index == 0 and self._output_dir_lock is None and self.args.output_dir:
             lock = OutputDirLock(self.args.output_dir)
@@ -182,6 +214,10 @@ class TrainerCheckpointing:
 
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
+        from .backends.elastic import check_resumable
+
+        # another backend's optimizer state is refused now, on every rank, before anything is loaded
+        check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
         contents = self._contents()
         # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
         # trainwell.checkpoint.agreement.
@@ -194,7 +230,7 @@ class TrainerCheckpointing:
         logger.info("Resuming training from %s", folder)
         self._adopt_state(result["trainer_state"])
         data_state = result["data_state"]
-        if data_state is not None and self._data_shape_changed(data_state):
+        if data_state is not None and self._data_shape_changed(data_state, folder):
             data_state = {k: v for k, v in data_state.items() if k not in ("epoch", "batches_in_epoch")}
         if data_state is None or "epoch" not in data_state:
             # written by another tool, or for another epoch shape: derive the position from the step (as upstream)
@@ -214,7 +250,7 @@ class TrainerCheckpointing:
             position.epoch, position.batches_in_epoch = self._plan.num_epochs, 0
         return position
 
-    def _data_shape_changed(self, data_state: dict[str, Any]) -> bool:
+    def _data_shape_changed(self, data_state: dict[str, Any], folder: Path) -> bool:
         """Whether the saved position counts batches of another size or epochs of another length (then warn)."""
         plan, saved_batch = self._plan, data_state.get("train_batch_size")
         saved_per_epoch = data_state.get("batches_per_epoch")
@@ -226,11 +262,33 @@ class TrainerCheckpointing:
             changes.append(f"batches per epoch {saved_per_epoch} -> {plan.micro_batches_per_epoch}")
         if not changes:
             return False
+        if self._same_global_batch(data_state, folder):
+            # another number of processes, the same global batch: the position derived from the step is exact
+            logger.info("The checkpoint was written by another number of processes (%s): the data position is "
+                        "derived from global_step %d", ", ".join(changes), self.state.global_step)
+            return True
         logger.warning("The checkpoint was written with another data shape (%s): the exact data position cannot "
                        "be restored, so training continues from global_step %d (epoch and batch derived from it, "
                        "as upstream). Keep per_device_train_batch_size and the dataset unchanged for an exact "
                        "resume.", ", ".join(changes), self.state.global_step)
         return True
+
+    def _same_global_batch(self, data_state: dict[str, Any], folder: Path) -> bool:
+        """Whether the checkpoint's run had this run's global batch and epoch, over another number of processes."""
+        import json
+
+        try:
+            saved_ga = json.loads((folder / TRAINING_ARGS_JSON_NAME).read_text()).get("gradient_accumulation_steps")
+        except (OSError, ValueError, AttributeError):
+            return False
+        saved_ranks = len(data_state.get("tr_loss_per_rank") or [])
+        saved_batch, saved_per_epoch = data_state.get("train_batch_size"), data_state.get("batches_per_epoch")
+        per_epoch, args = self._plan.micro_batches_per_epoch, self.args
+        if saved_ranks in (0, args.world_size) or None in (saved_ga, saved_batch, saved_per_epoch, per_epoch):
+            return False
+        return (saved_batch * saved_ga * saved_ranks == self._train_batch_size * args.gradient_accumulation_steps
+                * args.world_size and saved_batch * saved_per_epoch * saved_ranks
+                == self._train_batch_size * per_epoch * args.world_size)
 
     def _whole_parameters(self) -> Any:
         """A context in which a sharded backend's parameters are whole, so full weights load into them (ZeRO-3)."""
@@ -295,13 +353,32 @@ class TrainerCheckpointing:
         return exported
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
-        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones."""
+        """Write ``checkpoint-<global_step>`` atomically, then rotate old ones.
+
+        A second Ctrl-C during the save (a stop was already requested) quits at once, saying which checkpoint is
+        left to resume from.
+        """
+        try:
+            return self._write_checkpoint(tr_loss)
+        except KeyboardInterrupt:
+            guard = self._preemption
+            if guard is None or not guard.requested:
+                raise
+            self._close_progress_bars()
+            newest = list_complete_checkpoints(self.args.output_dir)
+            raise KeyboardInterrupt(
+                f"second {guard.signal_name or 'interrupt'} during the save of step {self.state.global_step}: "
+                f"quitting without that checkpoint; the newest valid one is "
+                f"{newest[-1] if newest else 'none (nothing to resume from)'}") from None
+
+    def _write_checkpoint(self, tr_loss: torch.Tensor | None) -> Path:
         step = self.state.global_step
         folder = self._checkpoints.checkpoint_dir(step)
         if self.state.best_global_step == step and self.args.metric_for_best_model:
             self.state.best_model_checkpoint = str(folder)
         self.store_flos()
         self.state.stateful_callbacks = self._export_callback_states()
+        self._checkpoints.engine_needs_shared_folder = self.backend.caps.engine_needs_shared_folder
         if self._async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
             best = self.state.best_model_checkpoint
             folder = self._async_saver.save(self._checkpoints, step, self._contents(tr_loss=tr_loss),
@@ -313,7 +390,8 @@ class TrainerCheckpointing:
                 self._push_from_checkpoint(folder)
             return folder
         # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
-        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss), engine_save=self.backend.save)
+        folder = self._checkpoints.save(step, self._contents(tr_loss=tr_loss, stream=True),
+                                        engine_save=self.backend.save)
         self._last_checkpoint = folder
         self._push_from_checkpoint(folder)
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
@@ -329,6 +407,8 @@ class TrainerCheckpointing:
         """Turn SIGTERM/SIGINT into a graceful stop for the duration of ``train()`` (see :meth:`_stop_if_preempted`)."""
         self.preempted = False
         self.preempted_by = None
+        from .checkpoint.preemption import PreemptionGuard
+
         self._preemption_collective = self.args.world_size > 1
         with PreemptionGuard() as guard:
             self._preemption = guard
@@ -379,12 +459,23 @@ class TrainerCheckpointing:
             if self._last_checkpoint is None or Path(self._last_checkpoint) != folder:
                 folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 self.control = self.callback_handler.on_save(self.args, self.state, self.control)
-            where = f"checkpoint saved in {folder}; continue with train(resume_from_checkpoint=True)"
+            where = f"checkpoint saved in {folder}"
+            if self._preemption_hint:
+                where += f"; {self._preemption_hint}"
         self.preempted = True
         self.preempted_by = self._preemption.signal_name
         self.control.should_training_stop = True
+        self._close_progress_bars()
         logger.warning("Training preempted by %s at step %d: %s", name, step, where)
         return True
+
+    def _close_progress_bars(self) -> None:
+        """End the progress bar's line before a message: a bar still drawn would have the message glued to it."""
+        for callback in self.callback_handler.callbacks:
+            bar = getattr(callback, "training_bar", None)
+            if bar is not None:
+                bar.close()
+                callback.training_bar = None
 
     def _rotate_checkpoints_at_end(self) -> None:
         self._checkpoints.rotate(best_model_checkpoint=self.state.best_model_checkpoint)
@@ -395,6 +486,8 @@ class TrainerCheckpointing:
         if not best or not Path(best).is_dir():
             logger.warning("load_best_model_at_end: the best checkpoint %s is missing; keeping the last weights", best)
             return
+        from .checkpoint.weights import load_model_weights
+
         logger.info("Loading best model from %s (score: %s).", best, self.state.best_metric)
         load_model_weights(unwrap_model(self.model), best, strict=True)
 
@@ -404,14 +497,24 @@ class TrainerCheckpointing:
         A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
         """
         output_dir = output_dir or self.args.output_dir
-        state_dict = self.backend.full_state_dict() if self.backend.caps.sharded_state else None
+        try:  # a sharded model is gathered one tensor at a time while the writing rank writes it
+            weights = self.backend.stream_state_dict(model_save=True) if self.backend.caps.sharded_state else None
+        except WeightsNotGathered as err:  # ZeRO-3 without stage3_gather_16bit_weights_on_model_save (seed 001)
+            logger.warning("%s", err)
+            self.backend.save(Path(output_dir))  # the engine's checkpoint, written by every rank
+            weights = False
         if not self.args.should_save:
+            if weights:
+                weights.drain()  # every rank takes part in each gather
             if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
                 self.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
             return
+        from .checkpoint.weights import save_model_weights
+
         os.makedirs(output_dir, exist_ok=True)
-        save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
-                           state_dict=state_dict)
+        if weights is not False:
+            save_model_weights(unwrap_model(self.model), output_dir, safe_serialization=self.args.save_safetensors,
+                               state_dict=weights)
         if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
             self.processing_class.save_pretrained(output_dir)
         torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))

@@ -89,6 +89,7 @@ def _loaded_after(code: str) -> list[str]:
     return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
 
 
+@pytest.mark.slow
 def test_the_config_is_pure_data():
     """The config module (TrainingArguments reads it) imports neither torch nor DeepSpeed, through any path."""
     assert _loaded_after("import trainwell.backends.deepspeed.config") == []

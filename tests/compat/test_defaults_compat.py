@@ -195,6 +195,7 @@ def test_fp16_with_sharded_ddp_on_cpu_is_the_fp16_on_cpu_error(tmp_path):
     assert "fp16 mixed precision requires a GPU" in str(sharded.value)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_fp16_with_sharded_ddp_zero_dp_2_trains_like_ddp_fp16(tmp_path):
     """Seed 002's ``--fp16 --sharded_ddp zero_dp_2`` is no longer refused: FSDP (shard_grad_op) with a sharded grad

@@ -10,7 +10,7 @@ dropout MLP for 12 optimizer steps (2 epochs of 6, shuffled), saving every 3 ste
   ``engine.save_checkpoint`` of ``checkpoint-<step>``, right after DeepSpeed wrote that rank's file whose name
   contains ``<name>`` (``model_states``: its optimizer shard and ``latest`` are not written yet).
 
-``KILL_JOB_RESUME=auto`` resumes with ``resume_from_checkpoint="auto"`` instead; ``KILL_JOB_SLOW_CLEANUP=<seconds>``
+``KILL_JOB_SAVE_ON_EACH_NODE=1`` sets ``save_on_each_node=True`` (the multi-node tests). ``KILL_JOB_RESUME=auto`` resumes with ``resume_from_checkpoint="auto"`` instead; ``KILL_JOB_SLOW_CLEANUP=<seconds>``
 delays rank 0's clean-up of interrupted saves (see :func:`slow_cleanup`).
 
 When training ends, rank 0 writes ``OUT_DIR/final.safetensors`` (the consolidated weights) and ``OUT_DIR/result.json``
@@ -113,9 +113,9 @@ def slow_cleanup() -> None:
 
     recover = layout._recover_interrupted_replace
 
-    def slow_recover(root: Path) -> list[Path]:
+    def slow_recover(root: Path, *args: object) -> list[Path]:
         time.sleep(delay)
-        return recover(root)
+        return recover(root, *args)
 
     layout._recover_interrupted_replace = slow_recover
 
@@ -138,7 +138,8 @@ def main(out: Path, backend: str) -> None:
     args = TrainingArguments(
         output_dir=str(out), use_cpu=True, per_device_train_batch_size=4, num_train_epochs=2, learning_rate=0.05,
         warmup_steps=2, logging_steps=1, save_strategy="steps", save_steps=3, seed=0, report_to="none",
-        disable_tqdm=True, max_grad_norm=1.0, **backend_args(backend))
+        disable_tqdm=True, max_grad_norm=1.0, save_on_each_node=os.environ.get("KILL_JOB_SAVE_ON_EACH_NODE") == "1",
+        **backend_args(backend))
     trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=make_data(), callbacks=[KillAtStep()])
     last = get_last_checkpoint(str(out))
     print(f"RANK{RANK} LAST_CHECKPOINT {last and Path(last).name}", flush=True)

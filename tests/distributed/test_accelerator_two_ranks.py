@@ -8,7 +8,7 @@ import pytest
 
 from launch import run_json, torchrun
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 

@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from jobs import finish
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 TIMEOUT_S = 300
 N = 44  # 5 full windows of 8 examples and a short one of 4

@@ -21,7 +21,7 @@ import torch
 from launch import child_env, start, torchrun, wait
 from trainwell.checkpoint.layout import COMPLETE_MARKER, list_complete_checkpoints, read_marker, verify_checkpoint
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("async_save_job.py")
 TIMEOUT_S = 400

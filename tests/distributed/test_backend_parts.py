@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from trainwell.backends.ddp import follow_optimizer, wants_zero
-from trainwell.backends.fsdp import FSDPBackend, fsdp_options, units_to_wrap
+from trainwell.backends.fsdp import FSDPBackend, check_fsdp_config, fsdp_options, units_to_wrap
 from trainwell.backends.registry import _fsdp_shards
 from trainwell.precision import Precision
 from trainwell.schedules import get_scheduler
@@ -70,6 +70,49 @@ def test_fsdp_fp16_uses_autocast_and_a_sharded_scaler() -> None:
     backend = FSDPBackend(args, torch.device("cpu"), Precision(torch.device("cpu"), dtype=torch.float16))
     assert isinstance(backend.scaler, ShardedGradScaler) and backend.scaler.is_enabled()
     assert backend.mp_policy is None and not backend.caps.owns_precision  # fp32 shards, fp16 autocast
+
+
+@pytest.mark.parametrize("config", [
+    {"backward_prefetch": "BACKWARD_PRE", "use_orig_params": True, "state_dict_type": "FULL_STATE_DICT"},
+    {"backward_prefetch": "backward_pre", "use_orig_params": "true", "state_dict_type": "SHARDED_STATE_DICT"},
+    {"backward_prefetch": 1}, {},
+])
+def test_fsdp_config_keys_fsdp2_does_by_design_are_accepted(config) -> None:
+    check_fsdp_config(config)
+
+
+@pytest.mark.parametrize("config,reason", [
+    ({"backward_prefetch": "BACKWARD_POST"}, r"backward_prefetch='BACKWARD_POST': FSDP2 always prefetches.*"
+                                             r"set fsdp_backward_prefetch: BACKWARD_PRE"),
+    ({"backward_prefetch": "NO_PREFETCH"}, r"backward_prefetch='NO_PREFETCH'"),
+    ({"use_orig_params": False}, r"use_orig_params=false: .*set fsdp_use_orig_params: true"),
+    ({"state_dict_type": "LOCAL_STATE_DICT"}, r"state_dict_type='LOCAL_STATE_DICT': .*SHARDED_STATE_DICT"),
+])
+def test_fsdp_config_keys_fsdp2_cannot_honour_are_refused_with_the_fix(config, reason) -> None:
+    with pytest.raises(ValueError, match=reason):
+        check_fsdp_config(config)
+    args = SimpleNamespace(fsdp="full_shard", fsdp_config=config, fp16=False, bf16=False, gradient_checkpointing=False)
+    with pytest.raises(ValueError, match=reason):  # the backend refuses it before any model is touched
+        FSDPBackend(args, torch.device("cpu"), Precision(torch.device("cpu")))
+
+
+def test_accelerate_fsdp_fp16_gets_the_sharded_scaler_of_fsdp_fp16(tmp_path) -> None:
+    """``accelerate launch`` FSDP + fp16 resolves to the arguments of ``--fsdp ... --fp16`` (tested to train like
+    DDP fp16 in tests/compat/test_defaults_compat.py), no longer refused."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    from trainwell.accelerate_env import accelerate_settings
+
+    env = {"ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "fp16", "FSDP_SHARDING_STRATEGY": "FULL_SHARD",
+           "FSDP_SYNC_MODULE_STATES": "true", "FSDP_USE_ORIG_PARAMS": "true", "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE",
+           "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
+    settings = accelerate_settings(env)
+    assert settings["fp16"][0] is True and settings["fsdp"][0] == ["full_shard"]
+    config = settings["fsdp_config"][0]
+    assert config["sync_module_states"] is True and config["use_orig_params"] is True
+    args = SimpleNamespace(fsdp="full_shard", fsdp_config=config, fp16=True, bf16=False, gradient_checkpointing=False)
+    backend = FSDPBackend(args, torch.device("cpu"), Precision(torch.device("cpu"), dtype=torch.float16))
+    assert isinstance(backend.scaler, ShardedGradScaler) and backend.scaler.is_enabled()
 
 
 def test_fsdp_refuses_double_checkpointing() -> None:

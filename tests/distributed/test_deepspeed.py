@@ -16,7 +16,7 @@ from launch import child_env, free_port, run, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("deepspeed_job.py")
 TOL = dict(rel=1e-4, abs=1e-5)

@@ -16,7 +16,7 @@ from launch import child_env, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("deepspeed_bf16_job.py")
 

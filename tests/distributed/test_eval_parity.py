@@ -21,7 +21,7 @@ import pytest
 
 from launch import start, torchrun, wait
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "eval_parity_job.py"

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
 

@@ -24,7 +24,7 @@ import torch
 
 from launch import child_env, start, torchrun, wait
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("kill_job.py")
 TIMEOUT_S = 400

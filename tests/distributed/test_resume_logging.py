@@ -20,7 +20,7 @@ from torch import nn
 
 from jobs import finish
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 TIMEOUT_S = 300
 

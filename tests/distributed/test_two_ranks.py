@@ -19,7 +19,7 @@ import torch
 
 from launch import start, torchrun, wait
 
-pytestmark = pytest.mark.distributed
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "worker.py"

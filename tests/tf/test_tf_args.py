@@ -52,6 +52,7 @@ def test_validation_names_the_field_and_the_fix(tmp_path):
         TFTrainingArguments(output_dir=str(tmp_path), poly_powr=2.0)
 
 
+@pytest.mark.slow
 def test_arguments_alone_do_not_import_tensorflow():
     code = ("import sys; from trainwell.tf import TFTrainingArguments; "
             "TFTrainingArguments(output_dir='x', report_to='none').to_json_string(); "

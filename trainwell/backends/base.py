@@ -24,6 +24,14 @@ class Capabilities:
     # The checkpoint state can be copied to host memory and written by trainwell's own commit on a background
     # thread (``async_save``): no engine writes files or runs collectives of its own during the save.
     async_checkpoint: bool = False
+    # The engine writes files of every rank into one checkpoint folder and their index on one rank only (DCP): a
+    # checkpoint is complete only on a folder every node sees (one disk per node is refused at the first save).
+    engine_needs_shared_folder: bool = False
+
+
+class WeightsNotGathered(ValueError):
+    """``save_model`` cannot write consolidated weights by configuration (ZeRO-3 with
+    ``stage3_gather_16bit_weights_on_model_save: false``): the engine's checkpoint is saved instead."""
 
 
 OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
@@ -77,6 +85,12 @@ class Backend(Protocol):
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Consolidated model weights (gathered across ranks when sharded) for ``save_model``."""
+
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """The weights as a :class:`~trainwell.checkpoint.stream.StreamedWeights` gathered one tensor at a time
+        (collective; the writing ranks receive them), or None when nothing is sharded (use the model's own state
+        dict). ``model_save``: for ``save_model`` (a backend whose configuration forbids gathering raises
+        :class:`WeightsNotGathered`) rather than for a checkpoint's weights."""
 
     def save(self, folder: Path) -> None:
         """Write backend-specific checkpoint content (sharded weights/optimizer) into ``folder``.

@@ -160,8 +160,11 @@ class DDPBackend(SingleDeviceBackend):
                 write_atomic(Path(folder) / OPTIMIZER_NAME, lambda path: torch.save(state, path))
 
     def load(self, folder: Path) -> None:
-        """With ZeRO: every rank reads ``optimizer.pt`` and keeps its share of the state."""
-        if not self.zero or self.optimizer is None:
+        """With ZeRO: every rank reads ``optimizer.pt`` and keeps its share of the state (without: as one process)."""
+        if not self.zero:
+            super().load(folder)
+            return
+        if self.optimizer is None:
             return
         path = Path(folder) / OPTIMIZER_NAME
         if not path.is_file():

@@ -17,9 +17,14 @@ all-gathers its parameters for its forward and backward and reduce-scatters its 
 
 ``fsdp_config``: ``activation_checkpointing`` (recompute the blocks' activations in backward),
 ``forward_prefetch`` (each unit prefetches the next one's all-gather in forward), ``cpu_ram_efficient_loading``
-(rank 0's weights are broadcast to every rank after sharding, as ``sync_module_states`` did); ``backward_prefetch``
-and ``limit_all_gathers`` are accepted: FSDP2 always prefetches the next unit in backward and bounds the in-flight
-all-gathers by design. ``bf16`` becomes a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
+and ``sync_module_states`` (rank 0's weights are broadcast to every rank after sharding: every rank trains from
+rank 0's initialisation). The keys that name FSDP1 choices FSDP2 makes by design are checked by
+:func:`check_fsdp_config`: ``backward_prefetch`` ``BACKWARD_PRE`` (FSDP2 prefetches the next unit's all-gather
+before the current unit's backward; ``BACKWARD_POST`` / ``NO_PREFETCH`` are refused), ``use_orig_params`` true
+(FSDP2 shards each original parameter as a DTensor; false, FSDP1's flat parameters, is refused),
+``state_dict_type`` ``FULL_STATE_DICT`` or ``SHARDED_STATE_DICT`` (a checkpoint always holds both the sharded state
+``fsdp_state/`` and the consolidated weights; ``LOCAL_STATE_DICT``, FSDP1's flat shards, is refused);
+``limit_all_gathers`` is accepted: FSDP2 bounds the in-flight all-gathers by design. ``bf16`` becomes a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
 reduced in fp32). ``fp16`` keeps fp32 shards: autocast computes in fp16 and a ``ShardedGradScaler`` scales the loss
 (the seeds' ``--fp16 --sharded_ddp zero_dp_2``).
 
@@ -27,7 +32,9 @@ Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer sta
 ``torch.distributed.checkpoint`` into ``<checkpoint>/fsdp_state`` (every rank writes its shard: fast, but the
 folder must be on a file system that every rank sees); the checkpoint also holds the consolidated
 ``model.safetensors`` gathered by :meth:`full_state_dict`. ``model.load_state_dict`` accepts full (unsharded)
-tensors: they are cut into this rank's shards.
+tensors: they are cut into this rank's shards. DCP reshards ``fsdp_state`` for any number of ranks; a checkpoint of
+``fsdp`` on one process (which trains on one device and writes ``optimizer.pt``) is cut into shards the same way
+(:mod:`trainwell.backends.elastic`).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from ..checkpoint.layout import CheckpointError
+from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
 from ..precision import Precision
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
@@ -67,6 +74,38 @@ def _mixed_precision_policy(args: Any) -> Any:
     if getattr(args, "bf16", False):
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return None
+
+
+def _flag(value: Any) -> bool:
+    return value in (True, "true", "True", "TRUE", 1, "1")
+
+
+def _policy_name(value: Any) -> str:
+    """``"backward_pre"``, ``"BackwardPrefetch.BACKWARD_PRE"``, ``1`` -> ``"BACKWARD_PRE"`` (accelerate's spellings)."""
+    text = str(getattr(value, "name", value)).strip().upper().rsplit(".", 1)[-1]
+    return {"1": "BACKWARD_PRE", "2": "BACKWARD_POST", "3": "NO_PREFETCH"}.get(text, text)
+
+
+def check_fsdp_config(config: dict[str, Any]) -> None:
+    """Refuse the ``fsdp_config`` values FSDP2 cannot honour, each with the reason and the fix (see module doc)."""
+    problems = []
+    version = config.get("version", 2)
+    if str(version) not in ("1", "2"):  # accelerate's FSDP1 configs map onto FSDP2 (trainwell runs FSDP2 only)
+        problems.append(f"version={version!r}: FSDP versions are 1 and 2 (both run on FSDP2); set fsdp_version: 2")
+    prefetch = config.get("backward_prefetch")
+    if prefetch not in (None, "") and _policy_name(prefetch) != "BACKWARD_PRE":
+        problems.append(f"backward_prefetch={prefetch!r}: FSDP2 always prefetches the next unit's all-gather before "
+                        "the current unit's backward (BACKWARD_PRE); set fsdp_backward_prefetch: BACKWARD_PRE")
+    if "use_orig_params" in config and not _flag(config["use_orig_params"]):
+        problems.append("use_orig_params=false: FSDP2 shards each original parameter (FSDP1's flat parameters do "
+                        "not exist); set fsdp_use_orig_params: true")
+    kind = config.get("state_dict_type")
+    if kind not in (None, "") and _policy_name(kind) not in ("FULL_STATE_DICT", "SHARDED_STATE_DICT"):
+        problems.append(f"state_dict_type={kind!r}: trainwell's checkpoints hold the sharded state (fsdp_state/) "
+                        "and the consolidated weights; FSDP1's local flat shards are not written; set "
+                        "fsdp_state_dict_type: SHARDED_STATE_DICT (or FULL_STATE_DICT)")
+    if problems:
+        raise ValueError("fsdp_config asks for what FSDP2 cannot do:\n  - " + "\n  - ".join(problems))
 
 
 def _post_order(model: nn.Module) -> list[nn.Module]:
@@ -136,6 +175,7 @@ class FSDPBackend(SingleDeviceBackend):
         self.config = dict(getattr(args, "fsdp_config", None) or {})
         if self.config.get("xla"):
             raise ValueError("fsdp_config['xla']=True: PyTorch/XLA FSDP is not supported by trainwell; remove it")
+        check_fsdp_config(self.config)
         if self.config.get("activation_checkpointing") and getattr(args, "gradient_checkpointing", False):
             raise ValueError("fsdp_config['activation_checkpointing'] and gradient_checkpointing=True both ask for "
                              "activation checkpointing; keep only one of them")
@@ -144,7 +184,8 @@ class FSDPBackend(SingleDeviceBackend):
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
             self.scaler = precision.scaler = ShardedGradScaler(device.type)
-        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True, async_checkpoint=True)
+        self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True, async_checkpoint=True,
+                                 engine_needs_shared_folder=True)
         self._sharded = False
         self._stager: Any = None  # async_save's copy of the shards to host memory
 
@@ -216,7 +257,8 @@ class FSDPBackend(SingleDeviceBackend):
         logger.info("FSDP: %d unit(s) + root, options %s", len(units), sorted(self.options))
 
     def _rank0_weights(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
-        if self.config.get("cpu_ram_efficient_loading") not in (True, "true", "True"):
+        """Rank 0's weights (``{}`` on the other ranks) when they are to be broadcast after sharding, else None."""
+        if not (_flag(self.config.get("cpu_ram_efficient_loading")) or _flag(self.config.get("sync_module_states"))):
             return None
         from ..distributed import get_rank
 
@@ -269,6 +311,23 @@ class FSDPBackend(SingleDeviceBackend):
             return state
         return {k: v.cpu() for k, v in state.items()} if self.args.should_save else {}
 
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """The consolidated weights gathered one tensor at a time (``DTensor.full_tensor``, a collective), kept on
+        the saving ranks only: the peak host memory of a save is one tensor, not the model. None before sharding."""
+        if not self._sharded:
+            return None
+        from torch.distributed.tensor import DTensor
+
+        from ..checkpoint.stream import tensor_stream
+
+        keep = bool(self.args.should_save)
+
+        def gather(obj: Any) -> torch.Tensor | None:
+            full = obj.full_tensor() if isinstance(obj, DTensor) else obj
+            return full.detach().to("cpu", copy=True) if keep else None
+
+        return tensor_stream(iter(self.model.state_dict(keep_vars=True).items()), gather, lambda obj: obj.shape)
+
     def save(self, folder: Path) -> None:
         """Write the sharded model and optimizer state into ``folder/fsdp_state`` (collective)."""
         if not self._sharded or getattr(self.args, "save_only_model", False):
@@ -299,10 +358,14 @@ class FSDPBackend(SingleDeviceBackend):
         return write
 
     def load(self, folder: Path) -> None:
-        """Read what :meth:`save` wrote; raises CheckpointError when it is missing (an interrupted save)."""
+        """Read what :meth:`save` wrote (or a one-process ``optimizer.pt``, resharded); raises CheckpointError when
+        neither is there (an interrupted save)."""
         if not self._sharded:
             return
         path = Path(folder) / FSDP_STATE_DIR
+        if not (path / ".metadata").is_file() and (Path(folder) / OPTIMIZER_NAME).is_file():
+            self._load_unsharded_optimizer(Path(folder) / OPTIMIZER_NAME)  # one process wrote it (elastic resume)
+            return
         if not (path / ".metadata").is_file():
             if getattr(self.args, "save_only_model", False):
                 logger.warning("%s has no %s (save_only_model=True); the optimizer starts fresh", folder,
@@ -323,3 +386,16 @@ class FSDPBackend(SingleDeviceBackend):
             raise CheckpointError(f"{path}: cannot read the sharded FSDP state ({err})") from err
         set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
                        optim_state_dict=state["optimizer"])
+
+    def _load_unsharded_optimizer(self, path: Path) -> None:
+        """``optimizer.pt`` of a one-process run (whole tensors), cut into this rank's shards; the model weights came
+        from ``model.safetensors`` (see :mod:`trainwell.backends.elastic`)."""
+        from .elastic import shard_optimizer_state
+
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except (RuntimeError, EOFError, ValueError, OSError) as err:
+            raise CheckpointError(f"{path}: cannot read the optimizer state ({err}); the file is truncated or "
+                                  "corrupt") from err
+        self.optimizer.load_state_dict(shard_optimizer_state(self.optimizer, state, path))
+        logger.info("Resharded the optimizer state of %s (written by one process) over the FSDP ranks", path)

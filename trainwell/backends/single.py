@@ -107,6 +107,10 @@ class SingleDeviceBackend:
         """The model's own state dict (nothing to gather in one process)."""
         return self.model.state_dict()
 
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """None: the model's own state dict is complete (see :meth:`Backend.stream_state_dict`)."""
+        return None
+
     def save(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""
 
@@ -115,4 +119,13 @@ class SingleDeviceBackend:
         return None
 
     def load(self, folder: Path) -> None:
-        """Nothing beyond the common checkpoint files."""
+        """A checkpoint of FSDP (``fsdp_state/``, no ``optimizer.pt``): its sharded model and optimizer state, read
+        whole (see :mod:`trainwell.backends.elastic`); otherwise nothing beyond the common checkpoint files."""
+        from ..checkpoint.layout import OPTIMIZER_NAME
+        from .elastic import FSDP_STATE_DIR, load_dcp_unsharded
+
+        folder = Path(folder)
+        if self.optimizer is None or (folder / OPTIMIZER_NAME).is_file():
+            return
+        if (folder / FSDP_STATE_DIR / ".metadata").is_file():
+            load_dcp_unsharded(self.model, self.optimizer, folder)

@@ -13,11 +13,6 @@ if TYPE_CHECKING:
 __all__ = ["DefaultFlowCallback"]
 
 
-def _every(step: int, interval: int) -> bool:
-    """Whether ``step`` falls on a multiple of a positive ``interval``."""
-    return interval > 0 and step % interval == 0
-
-
 class DefaultFlowCallback(TrainerCallback):
     """Decides when to log, evaluate, save and stop, from the ``*_strategy`` arguments.
 
@@ -32,15 +27,18 @@ class DefaultFlowCallback(TrainerCallback):
         step = state.global_step
         if step == 1 and getattr(args, "logging_first_step", False):
             control.should_log = True
-        if args.logging_strategy == IntervalStrategy.STEPS and _every(step, state.logging_steps):
+        # Each interval test (a positive interval the step is a multiple of) is written out: this runs every step.
+        if (args.logging_strategy == IntervalStrategy.STEPS and state.logging_steps > 0
+                and step % state.logging_steps == 0):
             control.should_log = True
         if (
             args.eval_strategy == IntervalStrategy.STEPS
-            and _every(step, state.eval_steps)
+            and state.eval_steps > 0
+            and step % state.eval_steps == 0
             and (getattr(args, "eval_delay", 0) or 0) <= step
         ):
             control.should_evaluate = True
-        if args.save_strategy == SaveStrategy.STEPS and _every(step, state.save_steps):
+        if args.save_strategy == SaveStrategy.STEPS and state.save_steps > 0 and step % state.save_steps == 0:
             control.should_save = True
         if step >= state.max_steps:
             control.should_training_stop = True

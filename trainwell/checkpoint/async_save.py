@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .layout import CheckpointError
+from .layout import CheckpointError, find_disk_full
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -266,5 +266,9 @@ class AsyncSaver:
             return
         error, step = self._error, self._failed_step
         self._error, self._failed_step, self.failed = None, None, False
+        full = find_disk_full(error)
+        if full is not None:  # the cause and its fixes first (trainwell's disk-full message is the strerror)
+            raise CheckpointError(f"{full.strerror or full} (the background save of checkpoint-{step}, "
+                                  "async_save=True)") from error
         raise CheckpointError(f"the background save of checkpoint-{step} failed ({type(error).__name__}: {error}); "
                               "the previous checkpoints are intact (async_save=True)") from error

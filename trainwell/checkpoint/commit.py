@@ -25,7 +25,6 @@ kill tests (``tests/distributed/test_kill_resume.py``) and costs one environment
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import shutil
@@ -37,6 +36,7 @@ from typing import Any
 
 from . import digest, layout
 from .layout import CheckpointError
+from .nodes import node_index
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +113,13 @@ def _record(root: Path, written: dict[str, digest.FileDigest]) -> dict[str, tupl
 
 
 def _merge(reports: list[dict[str, Any]], me: int) -> dict[str, digest.FileDigest]:
-    """The files the marker written by rank ``me`` must list: every rank's, or its node's with several savers."""
+    """The files the marker written by rank ``me`` must list: every rank's, or its node's with several savers (one
+    disk per node; nodes as the launcher numbers them, see :mod:`.nodes`)."""
     savers = sum(1 for report in reports if report["saves"])
-    host = reports[me]["host"]
+    node = reports[me]["node"]
     merged: dict[str, digest.FileDigest] = {}
     for report in reports:
-        if savers > 1 and report["host"] != host:
+        if savers > 1 and report["node"] != node:
             continue
         for rel, (size, value) in report["files"].items():
             merged[rel] = digest.FileDigest(size, value)
@@ -172,7 +173,7 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
             test_hook("engine", step, ranks.rank)
         except Exception as err:
             error = error or err
-    report = {"host": socket.gethostname(), "saves": should_save, "files": _record(tmp, written),
+    report = {"host": socket.gethostname(), "node": node_index(ranks.rank), "saves": should_save, "files": _record(tmp, written),
               "error": None if error is None else f"{type(error).__name__}: {error}"}
     reports = ranks.gather(report)
     failed = [(r, rep["error"]) for r, rep in enumerate(reports) if rep["error"] is not None]
@@ -200,7 +201,8 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
         if should_save:
             shutil.rmtree(tmp, ignore_errors=True)
         cause = error if error is not None else sealed
-        if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise layout.disk_full_error(cause, final) from cause
+        full = layout.find_disk_full(cause)
+        if full is not None:
+            raise layout.disk_full_error(full, final) from cause
         raise cause
     return final

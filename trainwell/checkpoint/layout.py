@@ -57,8 +57,16 @@ TRAINING_ARGS_NAME = "training_args.bin"
 TRAINING_ARGS_JSON_NAME = "training_args.json"
 DATA_STATE_NAME = "data_state.json"
 
-# ".tmp-checkpoint-12-4242" (a folder being written) or ".tmp-checkpoint-12-4242.old" (a replaced or deleted one).
-_re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-(\d+)(\.old)?$")
+# ".tmp-checkpoint-12-4242" (a folder being written), ".tmp-checkpoint-12-4242.old" (one moved aside by a replace:
+# promoted back when the new folder never arrived) or ".tmp-checkpoint-12-4242.del" (one being deleted by rotation:
+# never promoted, only removed).
+_re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-(\d+)(\.old|\.del)?$")
+
+# errnos of a directory fsync that mean "this file system cannot fsync a directory" (ignored); any other error
+# (EIO above all) means the rename may not be durable and is raised.
+_FSYNC_UNSUPPORTED = frozenset(code for code in (
+    errno.EINVAL, getattr(errno, "ENOTSUP", None), getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS, errno.EBADF,
+    errno.EISDIR) if code is not None)
 
 
 class CheckpointError(RuntimeError):
@@ -141,57 +149,69 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _dead_temp_folders(root: Path) -> list[tuple[Path, re.Match]]:
-    """trainwell's temporary folders whose writing process is not alive on this host."""
+def _dead_temp_folders(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[tuple[Path, re.Match]]:
+    """trainwell's temporary folders whose writing process is not alive on this host (or is in ``stale_pids``)."""
     found = []
     for child in sorted(root.iterdir()):
         match = _re_tmp.match(child.name)
-        if match and child.is_dir() and not pid_alive(int(match.group(2))):
-            found.append((child, match))
+        if match and child.is_dir():
+            pid = int(match.group(2))
+            if pid in stale_pids or not pid_alive(pid):
+                found.append((child, match))
     return found
 
 
-def list_incomplete(output_dir: str | os.PathLike) -> list[Path]:
+def list_incomplete(output_dir: str | os.PathLike, *, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
     """Left-overs of interrupted trainwell saves: ``.tmp-checkpoint-<step>-<pid>`` folders of dead processes.
 
-    A temporary folder of a live process (a save in progress) and every ``checkpoint-<step>`` folder are left out.
+    A temporary folder of a live process (a save in progress) and every ``checkpoint-<step>`` folder are left out;
+    ``stale_pids``: pids known to have no save in flight although alive (see :func:`cleanup_incomplete`).
     """
     root = Path(output_dir)
     if not root.is_dir():
         return []
-    return [path for path, _ in _dead_temp_folders(root)]
+    return [path for path, _ in _dead_temp_folders(root, stale_pids)]
 
 
-def _recover_interrupted_replace(root: Path) -> list[Path]:
+def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
     """Promote a complete temp folder whose final folder is missing (crash between the two renames)."""
     recovered = []
-    candidates = sorted(_dead_temp_folders(root), key=lambda item: item[0].name.endswith(".old"))  # new before old
+    candidates = sorted(_dead_temp_folders(root, stale_pids),
+                        key=lambda item: item[0].name.endswith(".old"))  # new before old
     for child, match in candidates:
-        if not is_complete(child):
+        if match.group(3) == ".del" or not is_complete(child):
             continue
         final = root / match.group(1)
         if not final.exists():
-            os.rename(child, final)
+            try:
+                os.rename(child, final)
+            except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
+                continue
             _fsync_dir(root)
             logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
             recovered.append(final)
     return recovered
 
 
-def cleanup_incomplete(output_dir: str | os.PathLike) -> list[Path]:
+def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = False) -> list[Path]:
     """Delete what :func:`list_incomplete` finds (trainwell's own dead temporary folders); returns the deleted paths.
 
     A complete temporary folder whose final folder is missing (the process died between moving an old
     checkpoint of the same step aside and renaming the new one into place) is renamed into place instead of
     deleted. Foreign ``checkpoint-<step>`` folders, other files and the temporary folders of live processes are
     never touched. Call it from the main process with the ``output_dir`` lock held (:mod:`.lock`).
+
+    ``at_startup=True`` (a trainer starting ``train()``): no save of this process is in flight, so a folder
+    named after this process's own pid is a left-over of an earlier incarnation with the same pid (a container
+    restarted in a fresh PID namespace) and is promoted or removed like a dead process's.
     """
     root = Path(output_dir)
     if not root.is_dir():
         return []
-    _recover_interrupted_replace(root)
+    stale = frozenset({os.getpid()}) if at_startup else frozenset()
+    _recover_interrupted_replace(root, stale)
     removed = []
-    for path in list_incomplete(root):
+    for path in list_incomplete(root, stale_pids=stale):
         shutil.rmtree(path, ignore_errors=True)
         if not path.exists():
             removed.append(path)
@@ -201,14 +221,17 @@ def cleanup_incomplete(output_dir: str | os.PathLike) -> list[Path]:
 
 
 def _fsync_dir(path: Path) -> None:
+    """fsync a directory (makes a rename in it durable); raises unless the file system cannot fsync directories."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # Windows cannot open directories; their metadata is durable on close there
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as err:
+        if err.errno not in _FSYNC_UNSUPPORTED:
+            raise OSError(err.errno, f"fsync of the folder {path} failed ({err.strerror}): the renames in it may not "
+                          "be on disk; check the disk (dmesg) before trusting its checkpoints") from err
     finally:
         os.close(fd)
 
@@ -258,7 +281,7 @@ def write_marker(folder: Path, files: Mapping[str, int | Mapping[str, Any]]) -> 
 
 
 def read_marker(folder: str | os.PathLike) -> dict:
-    """The marker's record; ``{}`` for an empty marker (e.g. one created by hand with ``touch``)."""
+    """The marker's record; an empty marker (never written by trainwell) raises :class:`CheckpointError`."""
     marker = Path(folder) / COMPLETE_MARKER
     if not marker.is_file():
         raise CheckpointError(
@@ -266,8 +289,10 @@ def read_marker(folder: str | os.PathLike) -> dict:
             "(the save was interrupted, or the folder was not written by trainwell)"
         )
     text = marker.read_text(encoding="utf-8").strip()
-    if not text:
-        return {}
+    if not text:  # trainwell never writes an empty marker: emptied metadata is the usual shape of crash damage
+        raise CheckpointError(
+            f"{marker}: the completion marker is empty, so the checkpoint's file list and checksums are lost "
+            "(damage after a crash, or a marker created by hand); resume from another checkpoint")
     try:
         record = json.loads(text)
     except json.JSONDecodeError as err:
@@ -279,7 +304,7 @@ def read_marker(folder: str | os.PathLike) -> dict:
 
 def marker_files(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
     """The marker's file list as ``{relative path: {"size": int, <algorithm>: digest...}}`` (sizes-only markers of
-    format 1 give ``{"size": int}``; a hand-made empty marker gives ``{}``)."""
+    format 1 give ``{"size": int}``)."""
     files = read_marker(folder).get("files", {})
     return {rel: (entry if isinstance(entry, dict) else {"size": entry}) for rel, entry in files.items()}
 
@@ -290,7 +315,7 @@ def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
 
     Raises :class:`CheckpointError` naming the first missing, resized or changed file. ``checksums=False``
     checks sizes only; ``select(index, relative path)`` restricts the check to some files (the ranks of a job
-    share the reading). Hand-made empty markers have nothing to check.
+    share the reading). An empty marker raises (see :func:`read_marker`).
     """
     root = Path(folder)
     record = read_marker(root)
@@ -318,6 +343,18 @@ def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
                     f"{path}: the file's {algorithm} checksum {got} differs from the {expected} recorded when it was "
                     "saved: its content changed on disk (bit rot, a partial copy, or an edit); resume from another "
                     "checkpoint")
+
+
+def find_disk_full(err: BaseException | None) -> OSError | None:
+    """The ``OSError(ENOSPC/EDQUOT)`` behind ``err``, following ``__cause__``/``__context__`` (torch's zip writer
+    replaces it by a ``RuntimeError`` "unexpected pos" and keeps it only as the context), or None."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def disk_full_error(err: OSError, final: Path) -> OSError:
@@ -380,10 +417,11 @@ def atomic_checkpoint_dir(final: str | os.PathLike) -> Iterator[Path]:
         (tmp / COMPLETE_MARKER).unlink(missing_ok=True)  # the caller may not pre-empt the marker
         write_marker(tmp, _fsync_tree(tmp))
         _replace_folder(tmp, final)
-    except OSError as err:
+    except Exception as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        if err.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise disk_full_error(err, final) from err
+        full = find_disk_full(err)
+        if full is not None:
+            raise disk_full_error(full, final) from err
         raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -417,8 +455,10 @@ def write_atomic(path: str | os.PathLike, data: bytes | str | Callable[[Path], N
 def delete_checkpoint(folder: str | os.PathLike) -> None:
     """Delete a checkpoint folder trainwell wrote (one with the marker); a foreign folder is left alone.
 
-    The marker is removed first and the folder renamed to a temporary name before the files go, so a crash
-    mid-way never leaves a partial folder under a ``checkpoint-<step>`` name (which would look foreign).
+    The folder is first renamed away (to ``.tmp-checkpoint-<step>-<pid>.del``, which a later start removes and
+    never promotes), then its marker and files are deleted, so a crash at any moment never leaves a folder
+    without its marker under a ``checkpoint-<step>`` name (which would look foreign). When the rename fails the
+    folder is left complete and untouched.
     """
     path = Path(folder)
     if not is_complete(path):
@@ -426,14 +466,14 @@ def delete_checkpoint(folder: str | os.PathLike) -> None:
             logger.warning("not deleting %s: it has no %s marker, so trainwell did not write it", path,
                            COMPLETE_MARKER)
         return
-    (path / COMPLETE_MARKER).unlink(missing_ok=True)
-    _fsync_dir(path)
-    doomed = path.parent / f"{TMP_PREFIX}{path.name}-{os.getpid()}.old"
+    doomed = path.parent / f"{TMP_PREFIX}{path.name}-{os.getpid()}.del"
     if doomed.exists():
         shutil.rmtree(doomed, ignore_errors=True)
     try:
         os.rename(path, doomed)
-        _fsync_dir(path.parent)
-    except OSError:
-        doomed = path
+    except OSError as err:
+        logger.warning("could not delete checkpoint %s (%s); it stays complete", path, err)
+        return
+    _fsync_dir(path.parent)
+    (doomed / COMPLETE_MARKER).unlink(missing_ok=True)
     shutil.rmtree(doomed, ignore_errors=True)

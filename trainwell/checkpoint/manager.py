@@ -136,6 +136,8 @@ class CheckpointManager:
         self.rank = rank
         self.world_size = world_size
         self.should_save = should_save
+        # set by the trainer from its backend: the engine's files are complete only in a folder every node sees
+        self.engine_needs_shared_folder = False
 
     def checkpoint_dir(self, step: int) -> Path:
         """``output_dir/checkpoint-<step>``."""
@@ -164,16 +166,25 @@ class CheckpointManager:
         from .commit import commit_checkpoint
 
         def write_files(tmp: Path) -> None:
-            if self.should_save:
-                self._write_contents(tmp, contents)
+            try:
+                if self.should_save:
+                    self._write_contents(tmp, contents)
+            finally:  # weights streamed from a sharded model: every rank takes part in every gather, even on error
+                drain = getattr(contents.model_state_dict, "drain", None)
+                if drain is not None:
+                    drain()
             if not contents.save_only_model:
                 from .rng import capture_rng_state
 
                 _torch_save(rng_state if rng_state is not None else capture_rng_state(), tmp / self.rng_file)
 
         from .commit import Ranks
+        from .nodes import writes_here
 
         ranks = Ranks(self.rank, self.world_size, group=group)
+        # several nodes: one shared folder is written once (by rank 0), one disk per node by each node's first rank
+        self.should_save = writes_here(self.output_dir, ranks, self.should_save,
+                                       engine_needs_shared_folder=self.engine_needs_shared_folder)
         return commit_checkpoint(self.checkpoint_dir(step), step, ranks, should_save=self.should_save,
                                  write_files=write_files, engine_save=engine_save)
 
@@ -270,7 +281,7 @@ class CheckpointManager:
 
     def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool, verify: bool) -> dict[str, Any]:
         """Read and validate every file needed for ``c`` into memory; touches nothing."""
-        from .rng import read_rng_file
+        from .rng import read_rng_file, rng_file_to_restore
         from .weights import find_weights_file, match_state_dict, read_weights
 
         if verify:
@@ -280,9 +291,12 @@ class CheckpointManager:
         staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
         if load_optimizer:
             staged.update(self._read_training_state(folder, c))
-        rng_path = folder / self.rng_file
-        if rng_path.is_file():
+        rng_path, resized = rng_file_to_restore(folder, self.rank, self.world_size)
+        if rng_path is not None:
             staged["rng"] = read_rng_file(rng_path, trusted=self.trust_pickles)
+            if resized:
+                logger.info("%s was written by another number of processes: rank %d restores the random streams "
+                            "of %s", folder, self.rank, rng_path.name)
         else:
             logger.warning("no RNG state %s in %s; the random streams are not restored", self.rng_file, folder)
         data_path = folder / layout.DATA_STATE_NAME
@@ -311,7 +325,7 @@ class CheckpointManager:
         if c.optimizer is not None and (folder / layout.OPTIMIZER_NAME).is_file():
             staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer", self.trust_pickles)
             _check_optimizer_state(folder / layout.OPTIMIZER_NAME, staged["optimizer"], c.optimizer)
-        elif c.optimizer is not None:
+        elif c.optimizer is not None and not (folder / "fsdp_state").is_dir():  # FSDP's: the backend reads it
             logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,14 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 logger = logging.getLogger(__name__)
+
+
+def _stderr_is_terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
 
 
 class PreemptionGuard:
@@ -59,6 +68,8 @@ class PreemptionGuard:
             raise KeyboardInterrupt  # second Ctrl-C: the user really wants out now
         self.requested = True
         self.signal_received = signum
+        if _stderr_is_terminal():  # a progress bar may be drawn on this line: start the message on its own
+            sys.stderr.write("\n")
         logger.warning("received %s: will save a checkpoint and stop after the current step",
                        signal.Signals(signum).name)
 

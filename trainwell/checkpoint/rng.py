@@ -5,6 +5,11 @@ draws the same dropout masks and shuffles as an uninterrupted one. The file is u
 types (``numpy`` is ``np.random.get_state()``'s tuple; ``cuda`` one state tensor for a single process, a list of
 them with several), so the upstream Trainer resumes from it and trainwell from upstream's. It is read back with
 ``torch.load(weights_only=True)`` allowing only numpy's array reconstruction on top of torch's safe types.
+
+A job resumed on another number of processes (elastic resume) restores, on its rank ``r``, the stream rank ``r`` of
+the saving job had, or, when the saving job had fewer processes, that of rank ``r mod W`` (``W``: the saving job's
+number of processes); see :func:`rng_file_to_restore`. Every rank of a fresh run starts from the same seed
+(``set_seed(args.seed)``), so a new rank continues a stream it would have shared with that rank at the start.
 """
 
 from __future__ import annotations
@@ -22,6 +27,40 @@ logger = logging.getLogger(__name__)
 def rng_file_name(rank: int, world_size: int) -> str:
     """``rng_state.pth`` for a single process, ``rng_state_<rank>.pth`` when ``world_size > 1``."""
     return "rng_state.pth" if world_size <= 1 else f"rng_state_{rank}.pth"
+
+
+def saved_rng_files(folder: str | os.PathLike) -> dict[int, Path]:
+    """``{rank: file}`` of the RNG files in a checkpoint folder (``rng_state.pth`` is rank 0 of one process)."""
+    folder = Path(folder)
+    found: dict[int, Path] = {}
+    single = folder / "rng_state.pth"
+    if single.is_file():
+        found[0] = single
+    for path in folder.glob("rng_state_*.pth"):
+        suffix = path.stem.rsplit("_", 1)[1]
+        if suffix.isdigit():
+            found[int(suffix)] = path
+    return found
+
+
+def rng_file_to_restore(folder: str | os.PathLike, rank: int, world_size: int) -> tuple[Path | None, bool]:
+    """The RNG file rank ``rank`` of a job of ``world_size`` processes restores from ``folder``, and whether it
+    is another rank's (the checkpoint was written by another number of processes).
+
+    Its own file when present; otherwise, when the checkpoint was written by another number ``W`` of processes
+    (its RNG files are not ``0..world_size-1``), rank ``rank`` of the saving job's, or rank ``rank mod W``'s when
+    the saving job had fewer. ``(None, False)`` when the file is missing from a checkpoint of the same size.
+    """
+    own = Path(folder) / rng_file_name(rank, world_size)
+    if own.is_file():
+        return own, False
+    saved = saved_rng_files(folder)
+    # a complete set: rng_state.pth alone (one process), or rng_state_0..W-1 with W >= 2; anything else is damage
+    complete = sorted(saved) == list(range(len(saved))) and (len(saved) >= 2 or (Path(folder) / "rng_state.pth")
+                                                               .is_file())
+    if not saved or not complete or len(saved) == world_size:
+        return None, False
+    return saved[rank % len(saved)], True
 
 
 def _numpy_state() -> tuple:

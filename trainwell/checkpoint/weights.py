@@ -170,10 +170,50 @@ def _save_state_dict(state_dict: Mapping[str, "torch.Tensor"], folder: Path, *, 
     return written
 
 
+def _save_streamed(stream: Any, folder: Path, *, max_bytes: int, metadata: dict[str, str] | None) -> list[Path]:
+    """Write a :class:`~trainwell.checkpoint.stream.StreamedWeights` tensor by tensor (safetensors, sharded as
+    :func:`_save_state_dict` shards); the rest of the stream is drained on error so every rank's gathers match."""
+    from .stream import plan_streamed_shards, write_streamed_file
+
+    file_meta = {"format": "pt", **(metadata or {})}
+    if stream.aliases:
+        file_meta[ALIASES_METADATA_KEY] = json.dumps(stream.aliases, sort_keys=True)
+    shards = plan_streamed_shards(stream.entries, max_bytes)
+    written, weight_map = [], {}
+    try:
+        for i, indices in enumerate(shards, start=1):
+            path = folder / _shard_name(SAFE_WEIGHTS_NAME, i, len(shards))
+            write_streamed_file(stream, indices, path, file_meta)
+            weight_map.update({stream.entries[j].name: path.name for j in indices})
+            written.append(path)
+    finally:
+        stream.drain()
+    if len(shards) > 1:
+        total = sum(entry.nbytes for entry in stream.entries)
+        aliases = stream.aliases
+        index = {"metadata": {"total_size": total, **({"aliases": aliases} if aliases else {})},
+                 "weight_map": dict(sorted(weight_map.items()))}
+        index_path = folder / SAFE_WEIGHTS_INDEX_NAME
+        index_path.write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
+        written.append(index_path)
+    _remove_stale_weight_files(folder, {p.name for p in written})
+    return written
+
+
+def _save_config(model: Any, folder: Path) -> None:
+    """The config (and generation config) of a ``transformers`` model whose weights are streamed."""
+    for name in ("config", "generation_config"):
+        config = getattr(model, name, None)
+        if config is not None and hasattr(config, "save_pretrained"):
+            if name == "generation_config" and not getattr(model, "can_generate", lambda: False)():
+                continue
+            config.save_pretrained(folder)
+
+
 def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tensor]", folder: str | os.PathLike,
                        *, safe_serialization: bool = True, max_shard_size: int | str = "5GB",
                        metadata: dict[str, str] | None = None,
-                       state_dict: Mapping[str, "torch.Tensor"] | None = None) -> list[Path]:
+                       state_dict: "Mapping[str, torch.Tensor] | Any | None" = None) -> list[Path]:
     """Write a model's weights into ``folder``; returns the files written.
 
     ``model_or_state_dict`` is an ``nn.Module`` or a state dict. ``state_dict`` (optional) replaces
@@ -183,11 +223,23 @@ def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tens
     ``model.safetensors`` (or ``pytorch_model.bin`` when ``safe_serialization=False``), split into
     ``model-0000k-of-0000n.safetensors`` + index once they exceed ``max_shard_size`` ("5GB", "500MB", bytes).
     Weight files of an earlier save in ``folder`` that this save did not write are removed.
+
+    ``state_dict`` may also be a :class:`~trainwell.checkpoint.stream.StreamedWeights` (a sharded model gathered
+    one tensor at a time): its tensors are written as they arrive (safetensors; ``torch.save`` needs them all at
+    once), a ``transformers`` model's config next to them.
     """
+    from .stream import StreamedWeights
+
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     max_bytes = parse_size(max_shard_size)
     is_mapping = isinstance(model_or_state_dict, Mapping)
+    if isinstance(state_dict, StreamedWeights):
+        if safe_serialization:
+            if not is_mapping:
+                _save_config(model_or_state_dict, folder)
+            return _save_streamed(state_dict, folder, max_bytes=max_bytes, metadata=metadata)
+        state_dict = state_dict.materialize()
     if not is_mapping and hasattr(model_or_state_dict, "save_pretrained"):
         sd = state_dict if state_dict is not None else model_or_state_dict.state_dict()
         model_or_state_dict.save_pretrained(folder, state_dict=sd, safe_serialization=safe_serialization)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
@@ -69,6 +70,11 @@ def _to_mappings(features: Sequence[Any]) -> list[Mapping[str, Any]]:
                 "attributes) mapping column names to values: return a dict from the dataset's __getitem__."
             )
     return rows
+
+
+def _column(rows: list[Mapping[str, Any]], key: str) -> list[Any]:
+    """``[row[key] for row in rows]``, gathered in C (the collator runs once per micro-batch, on every example)."""
+    return list(map(itemgetter(key), rows))
 
 
 def _first_scalar(value: Any) -> Any:
@@ -141,28 +147,33 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     value is ``None`` or a string are left out. Values may be tensors, numpy arrays, numbers or (equal-length)
     lists. ``return_tensors`` is ``"pt"`` (default) or ``"np"``.
     """
-    _check_return_tensors(return_tensors)
+    if return_tensors != "pt":
+        _check_return_tensors(return_tensors)
     rows = _to_mappings(features)
     first = rows[0]
     batch: dict[str, Any] = {}
-    for label_key in LABEL_KEYS:
-        if isinstance(first.get(label_key), str):
-            _reject_string_labels(label_key, first[label_key])
     for label_key in ("label", "label_ids"):
-        if label_key in first and first[label_key] is not None:
-            batch["labels"] = _labels_tensor([row[label_key] for row in rows])
+        value = first.get(label_key)
+        if value is not None:
+            _reject_string_labels(label_key, value)
+            batch["labels"] = _labels_tensor(_column(rows, label_key))
             break
     for key, value in first.items():
-        if key in ("label", "label_ids") or value is None or isinstance(value, str):
+        if value is None:
+            continue
+        if isinstance(value, str):
+            _reject_string_labels(key, value)  # a label column of strings is an error; other strings are left out
+            continue
+        if key == "label" or key == "label_ids":
             continue
         try:
-            batch[key] = _stack([row[key] for row in rows])
+            batch[key] = _stack(_column(rows, key))
         except (RuntimeError, ValueError, TypeError) as err:
             raise ValueError(
                 f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have "
                 "different lengths or types: pad them (use DataCollatorWithPadding) or drop the key."
             ) from err
-    return _finish(batch, return_tensors)
+    return batch if return_tensors == "pt" else _finish(batch, return_tensors)
 
 
 @dataclass
@@ -298,7 +309,7 @@ def builtin_pad(
         _reject_string_labels(key, first)
         if first is None or isinstance(first, str):
             continue
-        values = [row[key] for row in rows]
+        values = _column(rows, key)
         batch[key] = _pad_key(key, values, tokenizer, strategy, max_length, pad_to_multiple_of, label_pad_token_id)
     return batch
 

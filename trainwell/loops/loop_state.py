@@ -80,6 +80,7 @@ class LoopState:
     window_filtered: bool = False  # a nan/inf micro-batch loss was replaced since the last log
     accumulation_steps: int = 1
     tokens_trained: int = 0  # input tokens this process trained on in this call (include_tokens_per_second)
+    step_takes_num_items: bool = True  # training_step's signature has num_items_in_batch (read once per run)
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,

@@ -15,18 +15,18 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
 from ..data.loader import has_length
-from ..overrides import call_override
+from ..overrides import accepts
 from ..trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
+from .loss_scaling import WindowScaler, loss_divisors
 
-__all__ = ["DataPosition", "LoopState", "TrainPlan", "plan_training", "run_training"]
+__all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
 
 
 @dataclass
@@ -71,6 +71,10 @@ def plan_training(args: Any, dataloader: Any, world_size: int, batch_size: int |
 
 def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
     """Yield the micro-batches of each optimizer step (the last group of an epoch may be shorter)."""
+    if ga == 1:  # one micro-batch per step (the default): no group to fill
+        for batch in iterator:
+            yield [batch]
+        return
     while True:
         group = []
         for batch in iterator:
@@ -109,36 +113,12 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
         return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def _rows(batch: Any) -> int | None:
-    """The examples in a micro-batch: the first dimension of its first tensor (None when it cannot be told)."""
-    if isinstance(batch, Mapping):
-        for value in batch.values():
-            if isinstance(value, torch.Tensor) and value.dim():
-                return int(value.shape[0])
-    return None
-
-
-def loss_divisors(group: list[Any]) -> list[int | float]:
-    """What each micro-batch's mean loss is divided by, so that the window adds up to the mean loss of one big batch
-    of all its examples: the number of micro-batches when they hold as many rows each (upstream's divisor), else
-    the window's rows over the micro-batch's own rows (a short last batch of the epoch weighs what it holds)."""
-    n = len(group)
-    if n == 1:
-        return [1]
-    rows = [_rows(batch) for batch in group]
-    if None in rows or min(rows) == max(rows) or min(rows) <= 0:
-        return [n] * n
-    total = sum(rows)
-    return [total / r for r in rows]
-
-
-def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], count_items: bool,
+def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
                       count_tokens: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``loop``."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
     tr_loss, window_losses = loop.tr_loss, loop.window_losses
-    num_items = trainer._count_items(group) if count_items else None
-    divisors = loss_divisors(group)
+    num_items, divisors = scaler.window(group)
     last = len(group) - 1
     for i, inputs in enumerate(group):
         if count_tokens:
@@ -148,7 +128,10 @@ def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any
                 state.num_input_tokens_seen += tokens
         trainer.current_gradient_accumulation_steps = divisors[i]
         with backend.no_sync(i == last):
-            step_loss = call_override(trainer, "training_step", model, inputs, num_items)  # old signatures too
+            if loop.step_takes_num_items:
+                step_loss = trainer.training_step(model, inputs, num_items)
+            else:  # an override written for upstream's older training_step(model, inputs)
+                step_loss = trainer.training_step(model, inputs)
         tr_loss += step_loss
         if window_losses is not None:  # logging_nan_inf_filter: kept to filter a nan/inf at log time (no tensor op)
             window_losses.append((state.global_step, step_loss))
@@ -159,6 +142,13 @@ def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any
             trainer.control = cb.on_substep_end(args, state, trainer.control)
 
 
+def _training_step_takes_num_items(trainer: Any) -> bool:
+    """Whether ``trainer.training_step`` (maybe an override of an older upstream signature) takes
+    ``num_items_in_batch``; read once per run, so each micro-batch calls it directly."""
+    positional = accepts(trainer, "training_step").positional
+    return positional is None or positional >= 3
+
+
 def _clip_norm(args: Any, backend: Any) -> float | None:
     """The norm the loop clips gradients to (None: no clipping, or the engine clips inside its step)."""
     if args.max_grad_norm is None or args.max_grad_norm <= 0 or backend.caps.handles_grad_accumulation:
@@ -166,19 +156,27 @@ def _clip_norm(args: Any, backend: Any) -> float | None:
     return args.max_grad_norm
 
 
-def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step: bool) -> torch.Tensor | None:
-    """Clip, step the optimizer and the schedule, drop the gradients; returns the gradient norm (None unclipped)."""
+def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step: bool,
+                      engine_clips: bool = False) -> torch.Tensor | None:
+    """Clip, step the optimizer and the schedule, drop the gradients; returns the gradient norm (None unclipped).
+
+    ``engine_clips``: the backend's engine clipped inside its step (``caps.handles_grad_accumulation``, read once
+    per run); its norm is asked for after the step.
+    """
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
     grad_norm = backend.clip_grad_norm(clip_norm) if clip_norm is not None else None
     trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
     stepped = backend.optimizer_step()
-    if backend.caps.handles_grad_accumulation:  # the engine clipped inside its step: ask it for the norm
+    if engine_clips:
         grad_norm = backend.last_grad_norm()
     trainer.control = cb.on_optimizer_step(args, state, trainer.control)
     if stepped and scheduler_per_step:
+        trainer._step_learning_rate = trainer.lr_scheduler.get_last_lr()[0]  # what the step used: logged (upstream)
         trainer.lr_scheduler.step()
-    elif not stepped:
-        trainer._skipped_steps += 1
+    else:  # the rate did not move: the logs read it as it is
+        trainer._step_learning_rate = None
+        if not stepped:
+            trainer._skipped_steps += 1
     backend.zero_grad()
     return grad_norm
 
@@ -199,14 +197,19 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
                            accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
                            world_size=args.world_size)
     trainer._loop = loop
+    loop.step_takes_num_items = _training_step_takes_num_items(trainer)
     state, cb = trainer.state, trainer.callback_handler
     cb.train_dataloader = dataloader
     tr_loss = loop.tr_loss
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
-    count_items = trainer._needs_num_items_in_batch()
+    scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
+    trainer._step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
+    engine_clips = trainer.backend.caps.handles_grad_accumulation
+    batches_per_epoch = plan.micro_batches_per_epoch
+    trainer._steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:
@@ -222,13 +225,14 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
             trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         for group in _accumulation_groups(iterator, args.gradient_accumulation_steps):
+            if scaler is None:
+                scaler = trainer._window_scaler(group[0])
             trainer.control = cb.on_step_begin(args, state, trainer.control)
-            _forward_backward(trainer, loop, model, group, count_items, count_tokens)
+            _forward_backward(trainer, loop, model, group, scaler, count_tokens)
             position.batches_in_epoch += len(group)
-            grad_norm = _optimizer_update(trainer, clip_norm, scheduler_per_step)
+            grad_norm = _optimizer_update(trainer, clip_norm, scheduler_per_step, engine_clips)
             state.global_step += 1
-            state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
-                                   if plan.micro_batches_per_epoch else 0.0)
+            state.epoch = epoch + (position.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
             trainer.control = cb.on_step_end(args, state, trainer.control)
             trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
                                              start_time)

@@ -16,7 +16,7 @@ __all__ = ["Components", "Recipe", "RecipeError", "call_factory", "default_recip
            "DEFAULT_RECIPE_ARGS"]
 
 #: TrainingArguments of the default recipe (each can be overridden by a command-line flag). Sized so that the
-#: whole run takes about 35 s on 2 idle CPU cores.
+#: whole run takes about a minute of CPU time (README: "How long things take").
 DEFAULT_RECIPE_ARGS: dict[str, Any] = {
     "output_dir": "trainwell-output",
     "max_steps": 800,
@@ -74,4 +74,4 @@ def default_recipe() -> Recipe:
     """The built-in recipe: a 2-layer character transformer on the standard library's docstrings."""
     return Recipe(name="built-in: char-level transformer on Python stdlib docstrings",
                   args=dict(DEFAULT_RECIPE_ARGS), build=_build_default, finish=_finish_default,
-                  language_model=True)
+                  language_model=True, num_threads=1)

@@ -78,6 +78,10 @@ class Recipe:
     build: Callable[[], Components]
     finish: Callable[[Components, Any], list[tuple[str, str]]] | None = None
     language_model: bool = False
+    # torch threads for the run unless the user set OMP_NUM_THREADS; None keeps torch's default (one per core).
+    # A small model gains little from a second thread and, on a busy machine, loses many times its speed to OpenMP
+    # threads spinning for a core they do not get.
+    num_threads: int | None = None
 
 
 def load_object(path: str, *, key: str = "", source: str = "") -> Any:

@@ -25,7 +25,8 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-from ...distributed import close_process_group_at_exit
+from ...distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
+                            read_launch_env)
 from ..base import Capabilities
 from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
 
@@ -52,12 +53,15 @@ def ensure_process_group(device: torch.device, backend: str | None = None) -> No
 
     if dist.is_available() and dist.is_initialized():
         return
+    env = read_launch_env()
+    check_rendezvous_env(env)
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "29500")):
         os.environ.setdefault(name, value)  # the notebook emulation of a launcher (DeepSpeed guide)
     deepspeed = import_deepspeed(device)
-    deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
-                               auto_mpi_discovery=False)
+    with RendezvousWatch(env, 1800):  # DeepSpeed's default process-group timeout
+        deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
+                                   auto_mpi_discovery=False)
     close_process_group_at_exit()
 
 
@@ -260,6 +264,46 @@ class DeepSpeedBackend:
         with self.deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):
             return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
+    def stream_state_dict(self, *, model_save: bool) -> Any:
+        """Under ZeRO-3, the weights gathered one parameter at a time (``GatheredParameters`` of that parameter
+        only), kept on the saving rank only; None below ZeRO-3 (every rank holds them whole).
+
+        ``model_save`` with ``stage3_gather_16bit_weights_on_model_save`` not true raises
+        :class:`~trainwell.backends.base.WeightsNotGathered` (seed 001: only the engine checkpoint is saved, the
+        weights come out with ``zero_to_fp32``). A checkpoint's weights are streamed either way: at one parameter
+        at a time their memory is not the reason for the setting.
+        """
+        if not self.ds_config.is_zero3() or self.model is None:
+            return None
+        if model_save and not self._gathers_on_model_save():
+            from ..base import WeightsNotGathered
+
+            raise WeightsNotGathered(
+                "stage3_gather_16bit_weights_on_model_save is false in the DeepSpeed config, so save_model writes the "
+                "ZeRO-3 engine checkpoint (global_step*/, latest, zero_to_fp32.py) instead of consolidated weights; "
+                "get the weights with `trainwell zero-to-fp32 <folder> model.safetensors` (or the zero_to_fp32.py "
+                "script in the folder), or set stage3_gather_16bit_weights_on_model_save: true")
+        from ...checkpoint.stream import tensor_stream
+
+        keep = bool(self.args.should_save)
+        gathered = self.deepspeed.zero.GatheredParameters
+
+        def gather(obj: Any) -> torch.Tensor | None:
+            if not hasattr(obj, "ds_id"):  # a buffer, or a parameter ZeRO-3 left whole
+                return obj.detach().to("cpu", copy=True) if keep else None
+            with gathered([obj], modifier_rank=None):
+                return obj.detach().to("cpu", copy=True) if keep else None
+
+        def shape_of(obj: Any) -> tuple[int, ...]:
+            return tuple(getattr(obj, "ds_shape", obj.shape))
+
+        return tensor_stream(iter(self.model.state_dict(keep_vars=True).items()), gather, shape_of)
+
+    def _gathers_on_model_save(self) -> bool:
+        """``stage3_gather_16bit_weights_on_model_save`` (or its old name ``..._fp16_...``) is true."""
+        return any(self.ds_config.is_true(f"zero_optimization.{key}") for key in (
+            "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"))
+
     def save(self, folder: Path) -> None:
         """``engine.save_checkpoint``: ``global_step<N>/``, ``latest`` and ``zero_to_fp32.py`` in ``folder``."""
         if self.engine is None or self.engine.optimizer is None or getattr(self.args, "save_only_model", False):
@@ -274,9 +318,10 @@ class DeepSpeedBackend:
         """
         if self.engine is None or self.engine.optimizer is None:
             return
-        from ...distributed import get_rank
+        from ...distributed import get_rank, get_world_size
 
-        check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage)
+        check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage,
+                              world_size=get_world_size())
 
     def load(self, folder: Path) -> None:
         """``engine.load_checkpoint``: weights, optimizer, scheduler and loss scale (when ``folder`` has them)."""
@@ -292,16 +337,28 @@ class DeepSpeedBackend:
             logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
                            "are restored, the optimizer and scheduler start fresh", folder)
             return
+        from ...distributed import get_world_size
+        from ..elastic import deepspeed_shards
+
+        saved_world = len(deepspeed_shards(Path(folder)))
+        if self.ds_config.zero_stage >= 1 and saved_world and _resized(Path(folder), get_world_size()):
+            from .universal import load_resized
+
+            load_resized(self.engine, Path(folder), saved_world=saved_world, scratch=Path(self.args.output_dir))
+            return
         path, _ = self.engine.load_checkpoint(str(folder), load_optimizer_states=True, load_lr_scheduler_states=True)
         if path is None:
             raise RuntimeError(f"DeepSpeed could not load the checkpoint in {folder}; check that it was written with "
                                "the same ZeRO stage and number of processes")
 
 
-def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int) -> None:
+def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int, world_size: int | None = None) -> None:
     """Raise CheckpointError unless ``folder`` holds ``latest``, its tag folder, model states and (ZeRO >= 1) this
-    rank's ZeRO optimizer shard. A checkpoint saved with ``save_only_model=True`` (no ``latest``) passes."""
+    rank's ZeRO optimizer shard, or, written by another number of ranks than ``world_size`` (an elastic resume
+    converts it), every one of its ranks' shards. A checkpoint saved with ``save_only_model=True`` (no ``latest``)
+    passes."""
     from ...checkpoint.layout import CheckpointError
+    from ..elastic import deepspeed_shards
 
     latest = folder / "latest"
     if not latest.is_file():
@@ -313,11 +370,25 @@ def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int) -> None:
         missing = f"the folder {step} named by 'latest'"
     elif not any(step.glob("*model_states.pt")):
         missing = f"the model states (*model_states.pt) in {step}"
+    elif zero_stage >= 1 and world_size is not None and _resized(folder, world_size):
+        shards = deepspeed_shards(folder)
+        ranks = [int(p.name.split("zero_pp_rank_", 1)[1].split("_", 1)[0]) for p in shards]
+        if ranks != list(range(len(ranks))):
+            missing = f"a ZeRO optimizer shard (found ranks {ranks}) in {step}"
     elif zero_stage >= 1 and not any(step.glob(f"*zero_pp_rank_{rank}_*optim_states.pt")):
         missing = f"rank {rank}'s ZeRO optimizer shard (*zero_pp_rank_{rank}_*optim_states.pt) in {step}"
     if missing is not None:
         raise CheckpointError(f"{folder}: DeepSpeed checkpoint incomplete: {missing} is missing (the save was "
                               "interrupted, or the checkpoint was written by another number of processes)")
+
+
+def _resized(folder: Path, world_size: int) -> bool:
+    """Whether the DeepSpeed checkpoint in ``folder`` was written by another number of ranks than ``world_size``
+    (told by trainwell's RNG files, one per rank, since a missing shard must not pass for a smaller job)."""
+    from ...checkpoint.rng import saved_rng_files
+
+    saved = saved_rng_files(folder)
+    return bool(saved) and max(saved) + 1 != world_size
 
 
 def _saved_model_only(folder: Path) -> bool:

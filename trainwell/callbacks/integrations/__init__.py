@@ -7,6 +7,10 @@ package and the pip command) before anything else happens.
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import Any
+
+from ...lazy_exports import lazy_exports
 from ...trackers import (
     TRACKERS,
     MissingIntegrationError,
@@ -15,17 +19,25 @@ from ...trackers import (
     missing_packages_error,
 )
 from ..base import TrainerCallback
-from .clearml import ClearMLCallback
-from .codecarbon import CodeCarbonCallback
-from .comet import CometCallback
-from .dvclive import DVCLiveCallback
-from .hosted import AzureMLCallback, DagsHubCallback, FlyteCallback, KubeflowCallback
-from .mlflow import MLflowCallback
-from .neptune import NeptuneCallback
-from .swanlab import SwanLabCallback
-from .tensorboard import TensorBoardCallback, rewrite_logs
-from .trackio import TrackioCallback
-from .wandb import WandbCallback
+
+# Each public name -> its module, imported on first use (a Trainer loads only what report_to names).
+CALLBACK_MODULES: dict[str, str] = {
+    "AzureMLCallback": "hosted",
+    "ClearMLCallback": "clearml",
+    "CodeCarbonCallback": "codecarbon",
+    "CometCallback": "comet",
+    "DagsHubCallback": "hosted",
+    "DVCLiveCallback": "dvclive",
+    "FlyteCallback": "hosted",
+    "KubeflowCallback": "hosted",
+    "MLflowCallback": "mlflow",
+    "NeptuneCallback": "neptune",
+    "SwanLabCallback": "swanlab",
+    "TensorBoardCallback": "tensorboard",
+    "TrackioCallback": "trackio",
+    "WandbCallback": "wandb",
+    "rewrite_logs": "tensorboard",
+}
 
 __all__ = [
     "INTEGRATION_TO_CALLBACK",
@@ -49,23 +61,39 @@ __all__ = [
     "rewrite_logs",
 ]
 
-# Upstream's table, same keys.
-INTEGRATION_TO_CALLBACK: dict[str, type[TrainerCallback]] = {
-    "azure_ml": AzureMLCallback,
-    "comet_ml": CometCallback,
-    "mlflow": MLflowCallback,
-    "neptune": NeptuneCallback,
-    "tensorboard": TensorBoardCallback,
-    "trackio": TrackioCallback,
-    "wandb": WandbCallback,
-    "codecarbon": CodeCarbonCallback,
-    "clearml": ClearMLCallback,
-    "dagshub": DagsHubCallback,
-    "flyte": FlyteCallback,
-    "dvclive": DVCLiveCallback,
-    "swanlab": SwanLabCallback,
-    "kubeflow": KubeflowCallback,
+# Upstream's table, same keys: report_to name -> the callback class's name (see INTEGRATION_TO_CALLBACK).
+_INTEGRATION_NAMES: dict[str, str] = {
+    "azure_ml": "AzureMLCallback",
+    "comet_ml": "CometCallback",
+    "mlflow": "MLflowCallback",
+    "neptune": "NeptuneCallback",
+    "tensorboard": "TensorBoardCallback",
+    "trackio": "TrackioCallback",
+    "wandb": "WandbCallback",
+    "codecarbon": "CodeCarbonCallback",
+    "clearml": "ClearMLCallback",
+    "dagshub": "DagsHubCallback",
+    "flyte": "FlyteCallback",
+    "dvclive": "DVCLiveCallback",
+    "swanlab": "SwanLabCallback",
+    "kubeflow": "KubeflowCallback",
 }
+
+_lazy_getattr, __dir__ = lazy_exports(__name__, CALLBACK_MODULES)
+
+
+def _callback_class(name: str) -> type[TrainerCallback]:
+    """The callback class of the ``report_to`` name ``name`` (its module imported now)."""
+    cls_name = _INTEGRATION_NAMES[name]
+    return getattr(import_module(f".{CALLBACK_MODULES[cls_name]}", __name__), cls_name)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "INTEGRATION_TO_CALLBACK":  # upstream's name -> class table: every integration module is imported
+        table = {key: _callback_class(key) for key in _INTEGRATION_NAMES}
+        globals()[name] = table
+        return table
+    return _lazy_getattr(name)
 
 
 def _needed_modules(name: str) -> list[str]:
@@ -90,14 +118,14 @@ def get_reporting_integration_callbacks(report_to: str | list[str] | None) -> li
         return []
     if "all" in names:
         names = get_available_reporting_integrations()
-    unknown = [name for name in names if name not in INTEGRATION_TO_CALLBACK]
+    unknown = [name for name in names if name not in _INTEGRATION_NAMES]
     if unknown:
         raise ValueError(
             f"report_to got unsupported integration(s) {unknown}; supported: "
-            f"{sorted(INTEGRATION_TO_CALLBACK)} (or 'all' / 'none')."
+            f"{sorted(_INTEGRATION_NAMES)} (or 'all' / 'none')."
         )
     names = list(dict.fromkeys(names))
     missing = [name for name in names if not all(is_installed(m) for m in _needed_modules(name))]
     if missing:
         raise missing_packages_error(missing)
-    return [INTEGRATION_TO_CALLBACK[name] for name in names]
+    return [_callback_class(name) for name in names]
