@@ -40,6 +40,13 @@ def _no_launcher(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture
+def transformers_logging_not_loaded(monkeypatch):
+    """"passive" levels as in a script that never loaded transformers' logging (other test modules turn
+    transformers' verbosity down, which "passive" would otherwise follow, as upstream does)."""
+    monkeypatch.setitem(sys.modules, "transformers.utils.logging", None)
+
+
 def make(tmp_path: Path | None = None, **kwargs) -> TrainingArguments:
     """Build arguments with every warning turned into an error (so no stray deprecation goes unnoticed)."""
     kwargs.setdefault("output_dir", str(tmp_path or "unused_out"))
@@ -455,7 +462,7 @@ def test_to_sanitized_dict_has_only_simple_types(tmp_path):
 
 
 # ------------------------------------------------------------------ runtime properties
-def test_runtime_on_cpu_without_launcher(tmp_path):
+def test_runtime_on_cpu_without_launcher(tmp_path, transformers_logging_not_loaded):
     import torch.distributed as dist
 
     args = make(tmp_path, use_cpu=True, per_device_train_batch_size=4, per_device_eval_batch_size=6)
@@ -502,7 +509,7 @@ def test_runtime_under_launcher_env(tmp_path, monkeypatch, rank, local, expect_l
     assert not dist.is_initialized()
 
 
-def test_passive_replica_level_is_warning(tmp_path, monkeypatch):
+def test_passive_replica_level_is_warning(tmp_path, monkeypatch, transformers_logging_not_loaded):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")

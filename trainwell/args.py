@@ -635,8 +635,12 @@ class TrainingArguments:
         if self.torch_compile and self.torch_compile_backend is None:
             self.torch_compile_backend = "inductor"
         if self.disable_tqdm is None:
+            # trainwell's own logger only (not transformers' verbosity, which a test suite or a script may have
+            # turned down for its own reasons): the bars stay on unless trainwell was asked to be quiet
             level = trainer_log_levels[self.log_level]
-            self.disable_tqdm = (passive_level() if level == -1 else level) > logging.WARNING
+            own = logging.getLogger("trainwell").level
+            passive = own if own != logging.NOTSET else logging.WARNING
+            self.disable_tqdm = (passive if level == -1 else level) > logging.WARNING
         if self.run_name is None:
             self.run_name = self.output_dir
         if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU

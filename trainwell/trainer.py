@@ -769,8 +769,15 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         return TrainOutput(self.state.global_step, train_loss, metrics)
 
     def store_flos(self) -> None:
-        """Add the FLOPs counted since the last call to ``state.total_flos``."""
-        self.state.total_flos += self.current_flos
+        """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a
+        collective when several processes train: every rank calls it at the same log, save and end of training)."""
+        flos = self.current_flos
+        from .distributed import get_world_size, is_dist, mean_across_ranks
+
+        if is_dist():
+            flos = float(mean_across_ranks(torch.tensor(flos, dtype=torch.float64, device=self.args.device))
+                         ) * get_world_size()
+        self.state.total_flos += flos
         self.current_flos = 0.0
 
     # ------------------------------------------------------------------------------------------- logging
