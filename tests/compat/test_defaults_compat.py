@@ -228,7 +228,10 @@ if os.environ["RANK"] == "0":
     ddp, zero = result["ddp"], result["zero_dp_2"]
     assert ddp["backend"] == "DDPBackend" and zero["backend"] == "FSDPBackend"
     assert zero["scaler"] == "ShardedGradScaler" and zero["scale"] == ddp["scale"]  # the same skipped steps
-    assert zero["losses"] == pytest.approx(ddp["losses"], rel=1e-2)
+    # fp16 rounds differently in FSDP (sharded fp16 gradients, reduce-scatter) and DDP (all-reduce): the curves agree
+    # to fp16 noise, which grows over the steps (1.1% at step 4 with the batches accelerate gives each rank)
+    assert zero["losses"][0] == pytest.approx(ddp["losses"][0], rel=1e-3)
+    assert zero["losses"] == pytest.approx(ddp["losses"], rel=2e-2)
 
 
 # ---------------------------------------------------------------------------------------------- HfArgumentParser
