@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import pytest
+
 import examples_cases as cases
 import launch
 
@@ -76,3 +78,21 @@ def same_weights(a: dict[str, list[float]], b: dict[str, list[float]], case: str
                         rel=1e-4, abs_=2e-4, path="/weights")
     return diffs + cases.close({k: a[k] for k in loose}, {k: b.get(k) for k in loose}, rel=0,
                                abs_=GRADIENT_FREE_BOUND, path="/weights(gradient-free)")
+
+
+_WORLD: list[Path] = []
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder :mod:`examples_world` builds (a tokenizer, one tiny model per task with dropout 0, the data), built
+    once per session however many test modules import this fixture. It lives here, not in a ``conftest.py``: a
+    second ``conftest`` module would shadow ``tests/conftest.py`` for the tests that import from it."""
+    pytest.importorskip("transformers")
+    if not _WORLD:
+        import examples_world
+
+        folder = tmp_path_factory.mktemp("examples_world")
+        examples_world.build(folder)
+        _WORLD.append(folder)
+    return _WORLD[0]

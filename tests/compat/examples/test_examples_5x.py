@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import examples_cases as cases
-from examples_runs import commands, left, run_side_by_side, same_weights, without
+from examples_runs import commands, left, run_side_by_side, same_weights, without, world  # noqa: F401 (fixture)
 
 transformers = pytest.importorskip("transformers")
 if int(transformers.__version__.split(".")[0]) < 5:

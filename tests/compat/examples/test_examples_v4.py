@@ -17,7 +17,7 @@ import json
 import pytest
 
 import examples_cases as cases
-from examples_runs import commands, left, run_side_by_side, same_weights, without
+from examples_runs import commands, left, run_side_by_side, same_weights, without, world  # noqa: F401 (fixture)
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
