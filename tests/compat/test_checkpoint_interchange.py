@@ -167,20 +167,30 @@ def test_trainwell_resumes_an_upstream_checkpoint(upstream_runs, tmp_path, setup
     assert (out / "checkpoint-3").is_dir() and not (out / "checkpoint-3" / COMPLETE_MARKER).exists()  # untouched
 
 
-def _with_empty_marker(folder: Path) -> None:
-    """A user who marked an upstream checkpoint complete by hand (``touch .complete``)."""
-    (folder / COMPLETE_MARKER).touch()
-
-
-@pytest.mark.parametrize("fmt", ["bin", "sharded", "marker"])
+@pytest.mark.parametrize("fmt", ["bin", "sharded"])
 def test_trainwell_resumes_older_upstream_weight_formats(upstream_runs, tmp_path, fmt):
     up_out, up_final = upstream_runs["across_epochs"]
     out = tmp_path / "out"
     shutil.copytree(up_out / "checkpoint-3", out / "checkpoint-3")
-    {"bin": _as_bin, "sharded": _as_shards, "marker": _with_empty_marker}[fmt](out / "checkpoint-3")
+    {"bin": _as_bin, "sharded": _as_shards}[fmt](out / "checkpoint-3")
     _, model = train(trainwell, out, ACROSS_EPOCHS, resume=True)
     assert_same_weights(weights(model), up_final)
     assert model.loads >= 1
+
+
+def test_an_empty_marker_on_an_upstream_checkpoint_is_refused_naming_the_fix(upstream_runs, tmp_path):
+    """``touch .complete`` on an upstream checkpoint: trainwell never writes an empty marker, so it reads as damage
+    (issue 18: emptied metadata must not turn the checksums off); the error says to delete the marker, and then the
+    folder resumes as the foreign checkpoint it is."""
+    up_out, up_final = upstream_runs["across_epochs"]
+    out = tmp_path / "out"
+    shutil.copytree(up_out / "checkpoint-3", out / "checkpoint-3")
+    (out / "checkpoint-3" / COMPLETE_MARKER).touch()
+    with pytest.raises(CheckpointError, match=r"completion marker is empty.*delete the empty marker"):
+        train(trainwell, out, ACROSS_EPOCHS, resume=True)
+    (out / "checkpoint-3" / COMPLETE_MARKER).unlink()
+    _, model = train(trainwell, out, ACROSS_EPOCHS, resume=True)
+    assert_same_weights(weights(model), up_final)
 
 
 def test_a_damaged_upstream_checkpoint_is_a_clear_error_and_true_falls_back(upstream_runs, tmp_path):

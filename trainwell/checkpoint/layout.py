@@ -292,7 +292,9 @@ def read_marker(folder: str | os.PathLike) -> dict:
     if not text:  # trainwell never writes an empty marker: emptied metadata is the usual shape of crash damage
         raise CheckpointError(
             f"{marker}: the completion marker is empty, so the checkpoint's file list and checksums are lost "
-            "(damage after a crash, or a marker created by hand); resume from another checkpoint")
+            "(damage after a crash, or a marker created by hand); resume from another checkpoint, or, for a folder "
+            "trainwell did not write (an upstream checkpoint marked by hand), delete the empty marker: the folder "
+            "then resumes as a foreign checkpoint")
     try:
         record = json.loads(text)
     except json.JSONDecodeError as err:
