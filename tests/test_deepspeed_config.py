@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from torch import nn
 
-from trainwell.args import TrainingArguments
+from trainwell.args.fields import TrainingArguments
 from trainwell.deepspeed_config import (DeepSpeedConfig, infer_hidden_size, is_deepspeed_zero3_enabled,
                                         load_deepspeed_config, remaining_auto_keys, resolve_deepspeed_config,
                                         unset_deepspeed_config)
