@@ -1,75 +1,42 @@
-"""``TrainingArguments``: every knob of the training loop, with upstream names, defaults and validation.
+"""``TrainingArguments``: every knob of the training loop, with upstream names, defaults and help: the reference.
 
-Pure data: ``__post_init__`` converts strings to enums, maps deprecated spellings (with a ``FutureWarning``),
-fills derived defaults and raises ``ValueError`` naming the field and the fix. It never touches devices or
-process groups; ``device``, ``n_gpu``, ``world_size``... are resolved lazily from :mod:`trainwell.runtime.distributed`
-the first time they are read, and cached outside the dataclass fields (not in ``to_dict``/``repr``/pickles).
+Pure data. ``__post_init__`` (:mod:`.validate`) converts strings to enums, maps deprecated spellings and raises
+``ValueError`` naming the field and the fix; ``device``, ``n_gpu``, ``world_size``... (:mod:`.runtime`) are
+resolved lazily from :mod:`trainwell.runtime.distributed` the first time they are read, and cached outside the
+dataclass fields (not in ``to_dict``/``repr``/pickles).
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
-import logging
 import math
-import os
-import socket
-import warnings
 from dataclasses import MISSING, dataclass, field, fields
-from datetime import datetime, timedelta
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable
 
-from ..utils.logging_utils import passive_level
-from ..utils.preflight import coerce_field_types
 from ..utils.trainer_utils import (
-    ExplicitEnum,
     FSDPOption,
     HubStrategy,
     IntervalStrategy,
     OptimizerNames,
-    ParallelMode,
     SaveStrategy,
     SchedulerType,
     ShardedDDPOption,
 )
-from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-logger = logging.getLogger(__name__)
-
-trainer_log_levels: dict[str, int] = {
-    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-    "error": logging.ERROR, "critical": logging.CRITICAL, "passive": -1,
-}
-
-INCLUDE_FOR_METRICS = ("inputs", "loss")
-TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-DDP_BACKENDS = ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl")
-_DICT_FIELDS = ("lr_scheduler_kwargs", "fsdp_config", "accelerator_config", "deepspeed",
-                "gradient_checkpointing_kwargs", "liger_kernel_config")
-_FILE_DICT_FIELDS = ("fsdp_config", "accelerator_config", "deepspeed")
-# deprecated field -> (replacement field, the deprecated field's "unset" value)
-_RENAMED: dict[str, tuple[str, Any]] = {
-    "evaluation_strategy": ("eval_strategy", None),
-    "per_gpu_train_batch_size": ("per_device_train_batch_size", None),
-    "per_gpu_eval_batch_size": ("per_device_eval_batch_size", None),
-    "no_cuda": ("use_cpu", False),
-    "fp16_backend": ("half_precision_backend", "auto"),
-    "torchdynamo": ("torch_compile_backend", None),
-    "push_to_hub_model_id": ("hub_model_id", None),
-    "push_to_hub_token": ("hub_token", None),
-}
-
-
-class DebugOption(ExplicitEnum):
-    """Words accepted by ``--debug``."""
-
-    UNDERFLOW_OVERFLOW = "underflow_overflow"
-    TPU_METRICS_DEBUG = "tpu_metrics_debug"
+from .runtime import RuntimeProperties
+from .validate import (  # noqa: F401  (DebugOption, _RENAMED, REPORT_TO_INTEGRATIONS: imported from here too)
+    DDP_BACKENDS,
+    INCLUDE_FOR_METRICS,
+    REPORT_TO_INTEGRATIONS,
+    TORCH_COMPILE_MODES,
+    _RENAMED,
+    ArgumentValidation,
+    DebugOption,
+    _normalise_report_to,
+    _normalise_steps,
+    _to_enum,
+    trainer_log_levels,
+)
 
 
 def _f(default: Any = MISSING, help: str = "", *, factory: Callable[[], Any] | None = None, **meta: Any) -> Any:
@@ -77,77 +44,6 @@ def _f(default: Any = MISSING, help: str = "", *, factory: Callable[[], Any] | N
     if factory is not None:
         return field(default_factory=factory, metadata={"help": help, **meta})
     return field(default=default, metadata={"help": help, **meta})
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"`{old}` is deprecated and will be removed in a future version; use `{new}` instead.",
-                  FutureWarning, stacklevel=4)
-
-
-def _to_enum(cls: type[Enum], value: Any, name: str) -> Any:
-    """``cls(value)`` with an error naming the field and listing the valid values."""
-    try:
-        return cls(value.value if isinstance(value, Enum) else value)
-    except ValueError:
-        valid = [m.value for m in cls]
-        raise ValueError(f"{name}={value!r} is not valid; choose one of {valid}.") from None
-
-
-def _to_enum_list(cls: type[Enum], value: Any, name: str) -> list[Any]:
-    """A space-separated string or a list of words -> a list of enum members."""
-    if value is None:
-        return []
-    words = value.split() if isinstance(value, str) else list(value)
-    return [_to_enum(cls, w, name) for w in words]
-
-
-def _load_json(name: str, value: str) -> Any:
-    """A JSON object string (starts with ``{``) or a path to a JSON file, loaded."""
-    if value.strip().startswith("{"):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{name} is not valid JSON ({err}); pass a dict or a JSON object string.") from None
-    if name not in _FILE_DICT_FIELDS:
-        raise ValueError(f"{name}={value!r} must be a dict or a JSON object string such as '{{\"key\": 1}}'.")
-    if not os.path.isfile(value):
-        raise ValueError(f"{name}={value!r}: file not found; pass an existing JSON file path or a dict.")
-    try:
-        with open(value, encoding="utf-8") as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{name} file {value!r} is not valid JSON: {err}") from None
-
-
-def _normalise_steps(name: str, value: float | None) -> int | float | None:
-    """A step count (int) or a ratio of the total training steps (float in (0, 1))."""
-    if value is None:
-        return None
-    if value < 0:
-        raise ValueError(f"{name}={value} must be >= 0: a number of steps, or a ratio in (0, 1) of the run.")
-    if 0 < value < 1:
-        return float(value)
-    if value != int(value):
-        raise ValueError(f"{name}={value} must be an integer when >= 1 (or a ratio in (0, 1) of the run).")
-    return int(value)
-
-
-def _normalise_report_to(value: Any) -> list[str]:
-    """``"all"`` / ``"none"`` / a name / a list of names -> the list of integrations to report to."""
-    if value is None:
-        return []
-    names = value.replace(",", " ").split() if isinstance(value, str) else [str(v) for v in value]
-    valid = ["all", "none", *REPORT_TO_INTEGRATIONS]
-    bad = [n for n in names if n not in valid]
-    if bad:
-        raise ValueError(f"report_to has unknown integration(s) {bad}; choose from {valid}.")
-    if "none" in names:
-        if len(names) > 1:
-            raise ValueError(f"report_to={names} mixes 'none' with integrations; pass 'none' alone.")
-        return []
-    if "all" in names:
-        return get_available_reporting_integrations()
-    return list(dict.fromkeys(names))
 
 
 def _plain(value: Any) -> Any:
@@ -161,16 +57,6 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "to_dict") and callable(value.to_dict):
         return value.to_dict()
     return value
-
-
-def _runs_on_cpu(use_cpu: bool) -> bool:
-    """Whether this process would train on the CPU (no CUDA or MPS device, or ``use_cpu``)."""
-    if use_cpu:
-        return True
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    return not torch.cuda.is_available() and not (mps is not None and mps.is_available())
 
 
 def suggest_unknown_arguments(cls: type) -> type:
@@ -198,7 +84,7 @@ def suggest_unknown_arguments(cls: type) -> type:
 
 @suggest_unknown_arguments
 @dataclass(repr=False)  # __repr__ is __str__ (below): dataclass would compile one over 137 fields for nothing
-class TrainingArguments:
+class TrainingArguments(ArgumentValidation, RuntimeProperties):
     """The arguments of the training loop (upstream ``transformers.TrainingArguments`` names and defaults).
 
     Read from the command line with :class:`trainwell.args.parser.ArgParser`. Derived values (``device``,
@@ -371,461 +257,6 @@ class TrainingArguments:
     eval_use_gather_object: bool | None = _f(False, "Gather non-tensor outputs across ranks.")
     average_tokens_across_devices: bool | None = _f(False, "Average token counts across devices.")
 
-    # ------------------------------------------------------------------ validation
-    def __post_init__(self) -> None:
-        coerce_field_types(self)  # "1e-3" -> 1e-3 as the parser would; a TypeError naming the field otherwise
-        self._apply_deprecations()
-        self._normalise_paths()
-        self._convert_enums()
-        self._parse_dict_fields()
-        self._check_numbers()
-        self._resolve_step_intervals()
-        self._resolve_best_model()
-        self._check_precision()
-        self._resolve_sharded_ddp()
-        self._resolve_fsdp()
-        self._check_deepspeed()
-        self.report_to = _normalise_report_to(self.report_to)
-        self._resolve_misc()
-
-    def _apply_deprecations(self) -> None:
-        for old, (new, unset) in _RENAMED.items():
-            value = getattr(self, old)
-            if value is not None and value != unset:
-                _deprecated(old, new)
-                setattr(self, new, value)
-                setattr(self, old, unset)
-        if self.use_mps_device:
-            _deprecated("use_mps_device", "nothing (MPS is picked automatically)")
-            self.use_mps_device = False
-        if self.adafactor:
-            _deprecated("adafactor", "optim='adafactor'")
-            self.optim, self.adafactor = OptimizerNames.ADAFACTOR, False
-        if self.include_inputs_for_metrics:
-            _deprecated("include_inputs_for_metrics", "include_for_metrics=['inputs']")
-            self.include_for_metrics = list(dict.fromkeys([*self.include_for_metrics, "inputs"]))
-            self.include_inputs_for_metrics = False
-        if self.tpu_metrics_debug:
-            _deprecated("tpu_metrics_debug", "debug='tpu_metrics_debug'")
-            extra = [DebugOption.TPU_METRICS_DEBUG]
-            self.debug = (self.debug.split() if isinstance(self.debug, str) else list(self.debug)) + extra
-            self.tpu_metrics_debug = False
-        if self.push_to_hub_organization is not None:
-            _deprecated("push_to_hub_organization", "hub_model_id='organization/name'")
-            name = self.hub_model_id or os.path.basename(os.path.normpath(self.output_dir or "trainer_output"))
-            self.hub_model_id, self.push_to_hub_organization = f"{self.push_to_hub_organization}/{name}", None
-        if self.half_precision_backend in ("amp", "cuda_amp"):
-            self.half_precision_backend = "auto"  # torch.amp is what "auto" picks
-
-    def _normalise_paths(self) -> None:
-        if self.output_dir is None:
-            self.output_dir = "trainer_output"
-        self.output_dir = os.path.expanduser(os.fspath(self.output_dir))
-        if self.logging_dir is None:
-            stamp = datetime.now().strftime("%b%d_%H-%M-%S")
-            self.logging_dir = os.path.join(self.output_dir, "runs", f"{stamp}_{socket.gethostname()}")
-        self.logging_dir = os.path.expanduser(os.fspath(self.logging_dir))
-        env_local_rank = int(os.environ.get("LOCAL_RANK", -1) or -1)
-        if env_local_rank != -1:  # the launcher's value wins over a stale --local_rank
-            self.local_rank = env_local_rank
-
-    def _convert_enums(self) -> None:
-        self.eval_strategy = _to_enum(IntervalStrategy, self.eval_strategy, "eval_strategy")
-        self.logging_strategy = _to_enum(IntervalStrategy, self.logging_strategy, "logging_strategy")
-        self.save_strategy = _to_enum(SaveStrategy, self.save_strategy, "save_strategy")
-        self.hub_strategy = _to_enum(HubStrategy, self.hub_strategy, "hub_strategy")
-        self.lr_scheduler_type = _to_enum(SchedulerType, self.lr_scheduler_type, "lr_scheduler_type")
-        self.optim = _to_enum(OptimizerNames, self.optim, "optim")
-        self.debug = _to_enum_list(DebugOption, self.debug, "debug")
-        for f in fields(self):
-            choices = f.metadata.get("choices")
-            value = getattr(self, f.name)
-            if choices is not None and value is not None and not isinstance(value, (list, Enum)):
-                if value not in choices:
-                    raise ValueError(f"{f.name}={value!r} is not valid; choose one of {list(choices)}.")
-
-    def _parse_dict_fields(self) -> None:
-        for name in _DICT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, str):
-                loaded = _load_json(name, value)
-                # a DeepSpeed config file stays a path: the backend reads it (and may rewrite "auto" values)
-                setattr(self, name, value if name == "deepspeed" and not value.strip().startswith("{") else loaded)
-        if self.lr_scheduler_kwargs is None:
-            self.lr_scheduler_kwargs = {}
-
-    def _check_numbers(self) -> None:
-        checks = [
-            (self.per_device_train_batch_size < 1, "per_device_train_batch_size must be a positive integer"),
-            (self.per_device_eval_batch_size < 1, "per_device_eval_batch_size must be a positive integer"),
-            (self.gradient_accumulation_steps < 1, "gradient_accumulation_steps must be >= 1 (1 disables it)"),
-            (self.eval_accumulation_steps is not None and self.eval_accumulation_steps < 1,
-             "eval_accumulation_steps must be >= 1, or None to keep every output on the device"),
-            (self.learning_rate < 0, "learning_rate must be >= 0"),
-            (self.weight_decay < 0, "weight_decay must be >= 0 (0 disables it)"),
-            (not 0 <= self.adam_beta1 < 1, "adam_beta1 must lie in [0, 1)"),
-            (not 0 <= self.adam_beta2 < 1, "adam_beta2 must lie in [0, 1)"),
-            (self.warmup_steps < 0, "warmup_steps must be >= 0 (0: use warmup_ratio)"),
-            (not 0 <= self.warmup_ratio <= 1, "warmup_ratio must lie in [0, 1]"),
-            (self.max_steps == 0, "max_steps must be > 0, or -1 to train for num_train_epochs"),
-            (self.num_train_epochs < 0, "num_train_epochs must be >= 0"),
-            (not math.isfinite(self.num_train_epochs) and self.max_steps <= 0,
-             "num_train_epochs must be a finite number of epochs (to train until stopped, set max_steps to a large "
-             "number, or stop early with EarlyStoppingCallback)"),
-            # upstream treats 0 (any value <= 0) as "no limit": a silent keep-everything, refused here
-            (self.save_total_limit is not None and self.save_total_limit < 1,
-             "save_total_limit must be >= 1; use None to keep every checkpoint (what upstream silently does for "
-             "0), or save_strategy='no' to save none"),
-            (not 0 <= self.label_smoothing_factor < 1, "label_smoothing_factor must lie in [0, 1)"),
-            (self.dataloader_num_workers < 0, "dataloader_num_workers must be >= 0"),
-            (self.dataloader_prefetch_factor is not None and self.dataloader_num_workers == 0,
-             "dataloader_prefetch_factor needs dataloader_num_workers > 0 (loading in worker processes)"),
-            (self.torch_empty_cache_steps is not None and self.torch_empty_cache_steps < 1,
-             "torch_empty_cache_steps must be a positive integer, or None to never empty the cache"),
-        ]
-        for failed, message in checks:
-            if failed:  # each message starts with the name of the field it checks
-                name = message.split(" ", 1)[0]
-                raise ValueError(f"{message}; got {name}={getattr(self, name)!r}.")
-        if self.warmup_steps > 0 and self.warmup_ratio > 0:
-            logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
-
-    def _resolve_step_intervals(self) -> None:
-        for name in ("logging_steps", "eval_steps", "save_steps", "warmup_steps"):
-            setattr(self, name, _normalise_steps(name, getattr(self, name)))
-        if self.logging_strategy == IntervalStrategy.STEPS and self.logging_steps == 0:
-            raise ValueError("logging_strategy='steps' needs logging_steps > 0; set logging_steps or "
-                             "use logging_strategy='no'/'epoch'.")
-        if self.eval_strategy == IntervalStrategy.STEPS:
-            if not self.eval_steps:  # None or 0 (upstream treats 0 as unset): use logging_steps
-                if not self.logging_steps:
-                    raise ValueError("eval_strategy='steps' needs eval_steps > 0 (or logging_steps > 0).")
-                self.eval_steps = self.logging_steps
-        if self.save_strategy == SaveStrategy.STEPS and self.save_steps == 0:
-            raise ValueError("save_steps=0 with save_strategy='steps': set save_steps > 0 or save_strategy='no'.")
-        if self.eval_strategy != IntervalStrategy.NO:
-            self.do_eval = True
-
-    def _resolve_best_model(self) -> None:
-        needs_metric = self.load_best_model_at_end or self.lr_scheduler_type == SchedulerType.REDUCE_ON_PLATEAU
-        if needs_metric and self.metric_for_best_model is None:
-            self.metric_for_best_model = "loss"
-        if self.greater_is_better is None and self.metric_for_best_model is not None:
-            self.greater_is_better = not self.metric_for_best_model.endswith("loss")
-        if self.save_strategy == SaveStrategy.BEST:
-            if self.metric_for_best_model is None:
-                raise ValueError("save_strategy='best' needs metric_for_best_model (e.g. 'eval_loss').")
-            if self.eval_strategy == IntervalStrategy.NO:
-                logger.warning("save_strategy='best' saves after evaluations, but eval_strategy='no'.")
-        if self.load_best_model_at_end and self.save_strategy != SaveStrategy.BEST:
-            self._check_best_model_intervals()
-        if self.lr_scheduler_type == SchedulerType.REDUCE_ON_PLATEAU and self.eval_strategy == IntervalStrategy.NO:
-            raise ValueError("lr_scheduler_type='reduce_lr_on_plateau' steps on evaluation metrics; set "
-                             "eval_strategy to 'steps' or 'epoch'.")
-
-    def _check_best_model_intervals(self) -> None:
-        if self.eval_strategy.value != self.save_strategy.value:
-            raise ValueError("load_best_model_at_end needs save_strategy and eval_strategy to match; got "
-                             f"eval_strategy={self.eval_strategy.value!r}, save_strategy={self.save_strategy.value!r}.")
-        if self.eval_strategy != IntervalStrategy.STEPS:
-            return
-        save, every = self.save_steps, self.eval_steps
-        if (save < 1) != (every < 1):
-            raise ValueError("load_best_model_at_end needs save_steps to be a multiple of eval_steps, which "
-                             "cannot be checked when mixing a ratio and a step count; use the same kind for both.")
-        scale = 1_000_000 if save < 1 else 1  # compare ratios on an integer grid
-        if round(save * scale) % round(every * scale) != 0:
-            raise ValueError(f"load_best_model_at_end needs save_steps ({save}) to be a round multiple of "
-                             f"eval_steps ({every}).")
-
-    def _check_precision(self) -> None:
-        if self.fp16 and self.bf16:
-            raise ValueError("fp16=True and bf16=True: pick one mixed-precision mode (bf16 on Ampere GPUs/CPU).")
-        if self.fp16_full_eval and self.bf16_full_eval:
-            raise ValueError("fp16_full_eval=True and bf16_full_eval=True: pick one half-precision eval mode.")
-        if self.fp16 and _runs_on_cpu(self.use_cpu):
-            raise ValueError("fp16 mixed precision requires a GPU (or use bf16 on CPU): set fp16=False or "
-                             "bf16=True" + (", or use_cpu=False" if self.use_cpu else "") + ".")
-        if self.tf32 is not None:
-            self._apply_tf32()
-
-    def _apply_tf32(self) -> None:
-        import torch
-
-        if not torch.cuda.is_available():
-            if self.tf32:
-                warnings.warn("tf32=True is ignored: TF32 needs an NVIDIA Ampere (or newer) GPU and none is "
-                              "available.", UserWarning, stacklevel=4)
-            return
-        if torch.cuda.get_device_capability()[0] < 8:
-            if self.tf32:
-                raise ValueError("tf32=True needs an NVIDIA Ampere (or newer) GPU; set tf32=False or leave it unset.")
-            return
-        torch.backends.cuda.matmul.allow_tf32 = bool(self.tf32)
-        torch.backends.cudnn.allow_tf32 = bool(self.tf32)
-
-    def _resolve_sharded_ddp(self) -> None:
-        raw = value = self.sharded_ddp
-        value = "simple" if value is True else ("" if value in (False, None) else value)
-        words = value.split() if isinstance(value, str) else list(value)
-        value = ["offload" if word == "cpu_offload" else word for word in words]  # seed 002: "zero_dp_2 cpu_offload"
-        opts = _to_enum_list(ShardedDDPOption, value, "sharded_ddp")
-        self.sharded_ddp = opts
-        if not opts:
-            return
-        _deprecated("sharded_ddp", "fsdp (or sharded_ddp='simple' for DDP with ZeroRedundancyOptimizer)")
-        if opts == [ShardedDDPOption.OFFLOAD] or opts == [ShardedDDPOption.AUTO_WRAP]:
-            raise ValueError(f"sharded_ddp={raw!r}: offload/auto_wrap need zero_dp_2 or zero_dp_3.")
-        if ShardedDDPOption.SIMPLE in opts:
-            if len(opts) > 1:
-                raise ValueError("sharded_ddp='simple' cannot be combined with other options.")
-            return
-        if ShardedDDPOption.ZERO_DP_2 in opts and ShardedDDPOption.ZERO_DP_3 in opts:
-            raise ValueError("sharded_ddp: zero_dp_2 and zero_dp_3 exclude each other; pick one.")
-        if self.fsdp:
-            raise ValueError("sharded_ddp and fsdp are both set; use fsdp only.")
-        shard = "full_shard" if ShardedDDPOption.ZERO_DP_3 in opts else "shard_grad_op"
-        extra = [o.value for o in opts if o in (ShardedDDPOption.OFFLOAD, ShardedDDPOption.AUTO_WRAP)]
-        self.fsdp, self.sharded_ddp = " ".join([shard, *extra]), []
-
-    def _resolve_fsdp(self) -> None:
-        value = self.fsdp
-        value = "full_shard" if value is True else ("" if value in (False, None) else value)
-        self.fsdp = _to_enum_list(FSDPOption, value, "fsdp")
-        if self.fsdp == [FSDPOption.OFFLOAD]:
-            raise ValueError("fsdp='offload' cannot work alone; add it to 'full_shard' or 'shard_grad_op'.")
-        if FSDPOption.FULL_SHARD in self.fsdp and FSDPOption.SHARD_GRAD_OP in self.fsdp:
-            raise ValueError("fsdp: 'full_shard' and 'shard_grad_op' exclude each other; pick one.")
-        config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in (self.fsdp_config or {}).items()}
-        if self.fsdp_transformer_layer_cls_to_wrap is not None:
-            _deprecated("fsdp_transformer_layer_cls_to_wrap", "fsdp_config['transformer_layer_cls_to_wrap']")
-            config.setdefault("transformer_layer_cls_to_wrap", self.fsdp_transformer_layer_cls_to_wrap)
-        if isinstance(config.get("transformer_layer_cls_to_wrap"), str):
-            config["transformer_layer_cls_to_wrap"] = [config["transformer_layer_cls_to_wrap"]]
-        config.setdefault("min_num_params", self.fsdp_min_num_params)
-        if config["min_num_params"] > 0 and config.get("transformer_layer_cls_to_wrap"):
-            raise ValueError("fsdp min_num_params and transformer_layer_cls_to_wrap are exclusive; keep one.")
-        if not self.fsdp and (config["min_num_params"] > 0 or any(k != "min_num_params" for k in config)):
-            logger.warning("fsdp_config / fsdp_min_num_params are ignored because fsdp is not set.")
-        self.fsdp_config = config
-
-    def _check_deepspeed(self) -> None:
-        # a path was already checked (exists, valid JSON) by _parse_dict_fields
-        if self.deepspeed is not None and self.fsdp:
-            raise ValueError("fsdp and deepspeed are both set; use one sharding backend.")
-        if self.deepspeed is not None:
-            from ..backends.deepspeed.config import DeepSpeedConfig
-
-            # As upstream: the config lives as long as these arguments, so is_deepspeed_zero3_enabled() (ours and
-            # transformers') is True from here on and from_pretrained builds a ZeRO-3 model partitioned.
-            self.hf_deepspeed_config = DeepSpeedConfig(self.deepspeed)
-            self.hf_deepspeed_config.trainer_config_process(self)
-
-    def _resolve_misc(self) -> None:
-        bad = [x for x in self.include_for_metrics if x not in INCLUDE_FOR_METRICS]
-        if bad:
-            raise ValueError(f"include_for_metrics has {bad}; allowed values are {list(INCLUDE_FOR_METRICS)}.")
-        for name in ("dispatch_batches", "split_batches"):
-            if getattr(self, name) is not None:
-                _deprecated(name, f"accelerator_config={{'{name}': ...}}")
-                self.accelerator_config = {**(self.accelerator_config or {}), name: getattr(self, name)}
-                setattr(self, name, None)
-        if self.torch_compile_backend is not None or self.torch_compile_mode is not None:
-            self.torch_compile = True
-        if self.torch_compile and self.torch_compile_backend is None:
-            self.torch_compile_backend = "inductor"
-        if self.disable_tqdm is None:
-            # trainwell's own logger only (not transformers' verbosity, which a test suite or a script may have
-            # turned down for its own reasons): the bars stay on unless trainwell was asked to be quiet
-            level = trainer_log_levels[self.log_level]
-            own = logging.getLogger("trainwell").level
-            passive = own if own != logging.NOTSET else logging.WARNING
-            self.disable_tqdm = (passive if level == -1 else level) > logging.WARNING
-        if self.run_name is None:
-            self.run_name = self.output_dir
-        if self.use_cpu:  # as upstream: pinning needs an accelerator and only costs time on the CPU
-            self.dataloader_pin_memory = False
-        self._check_unimplemented()
-
-    def _check_unimplemented(self) -> None:
-        """Upstream switches trainwell cannot honour here: a clear error saying why and what to use instead.
-
-        Each name of ``REFUSED_FIELDS`` is checked here and only here (tests/test_no_stub_fields.py holds the list
-        to that: every other field is read by the library or is one of ``USER_SCRIPT_FIELDS``).
-        """
-        import importlib.util
-
-        def missing(module: str) -> bool:
-            return importlib.util.find_spec(module) is None
-
-        checks = (
-            ("use_ipex", self.use_ipex, "trainwell does not call intel_extension_for_pytorch (deprecated upstream; "
-             "its CPU optimisations are in PyTorch itself): use bf16=True or torch_compile=True instead"),
-            ("jit_mode_eval", self.jit_mode_eval, "torch.jit tracing for inference is deprecated in PyTorch and "
-             "not done by trainwell: use torch_compile=True instead"),
-            ("use_liger_kernel", self.use_liger_kernel and missing("liger_kernel"),
-             "it needs the `liger-kernel` package (Triton kernels for CUDA): pip install liger-kernel, or leave it "
-             "False"),
-            ("tpu_num_cores", self.tpu_num_cores is not None and missing("torch_xla"),
-             "TPUs need torch_xla, which is not installed: leave tpu_num_cores unset"),
-            ("debug", DebugOption.TPU_METRICS_DEBUG in self.debug and missing("torch_xla"),
-             "'tpu_metrics_debug' prints torch_xla metrics and torch_xla is not installed: drop it from debug"),
-            ("mp_parameters", bool(self.mp_parameters), "SageMaker model parallelism is not supported by "
-             "trainwell: leave mp_parameters empty (use fsdp or deepspeed to shard a model)"),
-        )
-        for name, refused, why in checks:
-            if refused:
-                raise NotImplementedError(f"{name}={getattr(self, name)!r} is not supported: {why}.")
-        if self.optim_target_modules is not None and not str(getattr(self.optim, "value", self.optim)).startswith(
-                ("galore", "apollo")):
-            raise ValueError(f"optim_target_modules is only used by the GaLore and APOLLO optimizers; optim="
-                             f"{getattr(self.optim, 'value', self.optim)!r} ignores it: set optim='galore_adamw' "
-                             "(or another galore_*/apollo_* name) or leave optim_target_modules unset.")
-        self._check_accelerator_config()
-
-    def _check_accelerator_config(self) -> None:
-        """The accelerate data-loading options: values that match trainwell's loaders, else an error."""
-        config = dict(self.accelerator_config or {})
-        fixed = {"split_batches": False, "dispatch_batches": None, "even_batches": True,
-                 "use_seedable_sampler": True, "non_blocking": False,
-                 "gradient_accumulation_kwargs": None, "use_configured_state": False}
-        for key, value in config.items():
-            if key in ("gradient_accumulation_kwargs", "non_blocking"):
-                # trainwell accumulates over gradient_accumulation_steps itself, and always copies batches with
-                # non_blocking=True (on the compute stream, so it is safe either way)
-                continue
-            if key not in fixed:
-                raise ValueError(f"accelerator_config has an unknown key {key!r}; known keys are {sorted(fixed)}.")
-            if key == "dispatch_batches" and value is False:
-                continue  # False and None both mean: every rank reads its own shard, as trainwell does
-            if value != fixed[key]:
-                raise NotImplementedError(
-                    f"accelerator_config {key}={value!r} is not supported by trainwell's data loaders, which "
-                    f"always behave as {key}={fixed[key]!r} (each rank reads its own shard of per-device batches "
-                    f"from a seeded, resumable sampler); drop {key} from accelerator_config.")
-
-    # ------------------------------------------------------------------ runtime (lazy)
-    def _runtime(self) -> tuple[Any, torch.device, int]:
-        """(LaunchEnv, device, n_gpu), resolved once from the launcher's environment; no process group."""
-        cached = self.__dict__.get("_runtime_cache")
-        if cached is None:
-            from ..runtime.distributed import read_launch_env, resolve_device
-
-            env = read_launch_env(self.local_rank)
-            device = resolve_device(use_cpu=self.use_cpu, local_rank=env.local_rank)
-            if device.type != "cuda":
-                n_gpu = 0
-            elif env.distributed:
-                n_gpu = 1
-            else:
-                import torch
-
-                n_gpu = torch.cuda.device_count()
-            cached = self.__dict__["_runtime_cache"] = (env, device, n_gpu)
-        return cached
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.pop("_runtime_cache", None)  # re-resolve on the machine that unpickles
-        state.pop("hf_deepspeed_config", None)  # process-wide registration, not data
-        return state
-
-    @property
-    def device(self) -> torch.device:
-        """The device this process uses."""
-        return self._runtime()[1]
-
-    @property
-    def n_gpu(self) -> int:
-        """CUDA devices used by this process: 0 on CPU/MPS, 1 under a launcher, all visible ones otherwise."""
-        return self._runtime()[2]
-
-    @property
-    def parallel_mode(self) -> ParallelMode:
-        """DISTRIBUTED under a launcher, NOT_DISTRIBUTED for several GPUs in one process, else NOT_PARALLEL."""
-        if self._runtime()[0].distributed:
-            return ParallelMode.DISTRIBUTED
-        return ParallelMode.NOT_DISTRIBUTED if self.n_gpu > 1 else ParallelMode.NOT_PARALLEL
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes training together."""
-        from ..runtime.distributed import get_world_size, is_dist
-
-        return get_world_size() if is_dist() else self._runtime()[0].world_size
-
-    @property
-    def process_index(self) -> int:
-        """Global rank of this process."""
-        from ..runtime.distributed import get_rank, is_dist
-
-        return get_rank() if is_dist() else self._runtime()[0].rank
-
-    @property
-    def local_process_index(self) -> int:
-        """Rank of this process on its node."""
-        return max(self._runtime()[0].local_rank, 0)
-
-    @property
-    def train_batch_size(self) -> int:
-        """Samples per forward pass of this process (per-device size times the DataParallel GPUs)."""
-        return self.per_device_train_batch_size * max(1, self.n_gpu)
-
-    @property
-    def eval_batch_size(self) -> int:
-        """Samples per evaluation forward pass of this process."""
-        return self.per_device_eval_batch_size * max(1, self.n_gpu)
-
-    @property
-    def ddp_timeout_delta(self) -> timedelta:
-        """``ddp_timeout`` as a ``timedelta`` for ``init_process_group``."""
-        return timedelta(seconds=self.ddp_timeout)
-
-    @property
-    def place_model_on_device(self) -> bool:
-        """Whether the trainer moves the model to ``device`` (False only for model parallelism)."""
-        return True
-
-    @property
-    def should_log(self) -> bool:
-        """Whether this process logs: the main process of each node, or only the global main process."""
-        return self.local_process_index == 0 if self.log_on_each_node else self.process_index == 0
-
-    @property
-    def should_save(self) -> bool:
-        """Whether this process writes checkpoints: the global main process, or each node's with save_on_each_node."""
-        return self.local_process_index == 0 if self.save_on_each_node else self.process_index == 0
-
-    @contextlib.contextmanager
-    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
-        """Run the body on the main process first, then on the others (e.g. dataset preprocessing and caching).
-
-        ``local`` picks the main process of each node instead of the global one. A no-op in one process.
-        """
-        from ..runtime.distributed import barrier, is_dist
-
-        if self.world_size <= 1 or not is_dist():
-            yield
-            return
-        is_main = (self.local_process_index if local else self.process_index) == 0
-        if not is_main:
-            logger.debug("%d: waiting for the main process to perform %s", self.process_index, desc)
-            barrier()
-        try:
-            yield
-        finally:
-            if is_main:
-                barrier()
-
-    def get_process_log_level(self) -> int:
-        """The log level of this process: log_level on logging processes, log_level_replica on the others.
-
-        "passive" keeps what the user set, on either library's logger (as upstream, which returns transformers'
-        verbosity): the ``trainwell`` logger's own level if set, else transformers' verbosity when a script has
-        loaded transformers' logging, else WARNING.
-        """
-        level = trainer_log_levels[self.log_level if self.should_log else self.log_level_replica]
-        return passive_level() if level == -1 else level
 
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Warmup steps: ``warmup_steps`` if >= 1, ``ceil(warmup_steps * num_training_steps)`` for a ratio in

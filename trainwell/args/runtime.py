@@ -1,0 +1,147 @@
+"""The runtime properties of ``TrainingArguments``: device, GPUs, world size and ranks, resolved lazily.
+
+Read from the launcher's environment (:mod:`trainwell.runtime.distributed`) the first time one is asked for and
+cached outside the dataclass fields (not in ``to_dict``/``repr``/pickles); constructing arguments touches nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..utils.logging_utils import passive_level
+from ..utils.trainer_utils import ParallelMode
+from .validate import trainer_log_levels
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+logger = logging.getLogger(__name__)
+
+
+class RuntimeProperties:
+    """What the process and device are, as properties of :class:`~trainwell.TrainingArguments`."""
+
+    def _runtime(self) -> tuple[Any, torch.device, int]:
+        """(LaunchEnv, device, n_gpu), resolved once from the launcher's environment; no process group."""
+        cached = self.__dict__.get("_runtime_cache")
+        if cached is None:
+            from ..runtime.distributed import read_launch_env, resolve_device
+
+            env = read_launch_env(self.local_rank)
+            device = resolve_device(use_cpu=self.use_cpu, local_rank=env.local_rank)
+            if device.type != "cuda":
+                n_gpu = 0
+            elif env.distributed:
+                n_gpu = 1
+            else:
+                import torch
+
+                n_gpu = torch.cuda.device_count()
+            cached = self.__dict__["_runtime_cache"] = (env, device, n_gpu)
+        return cached
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_runtime_cache", None)  # re-resolve on the machine that unpickles
+        state.pop("hf_deepspeed_config", None)  # process-wide registration, not data
+        return state
+
+    @property
+    def device(self) -> torch.device:
+        """The device this process uses."""
+        return self._runtime()[1]
+
+    @property
+    def n_gpu(self) -> int:
+        """CUDA devices used by this process: 0 on CPU/MPS, 1 under a launcher, all visible ones otherwise."""
+        return self._runtime()[2]
+
+    @property
+    def parallel_mode(self) -> ParallelMode:
+        """DISTRIBUTED under a launcher, NOT_DISTRIBUTED for several GPUs in one process, else NOT_PARALLEL."""
+        if self._runtime()[0].distributed:
+            return ParallelMode.DISTRIBUTED
+        return ParallelMode.NOT_DISTRIBUTED if self.n_gpu > 1 else ParallelMode.NOT_PARALLEL
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes training together."""
+        from ..runtime.distributed import get_world_size, is_dist
+
+        return get_world_size() if is_dist() else self._runtime()[0].world_size
+
+    @property
+    def process_index(self) -> int:
+        """Global rank of this process."""
+        from ..runtime.distributed import get_rank, is_dist
+
+        return get_rank() if is_dist() else self._runtime()[0].rank
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank of this process on its node."""
+        return max(self._runtime()[0].local_rank, 0)
+
+    @property
+    def train_batch_size(self) -> int:
+        """Samples per forward pass of this process (per-device size times the DataParallel GPUs)."""
+        return self.per_device_train_batch_size * max(1, self.n_gpu)
+
+    @property
+    def eval_batch_size(self) -> int:
+        """Samples per evaluation forward pass of this process."""
+        return self.per_device_eval_batch_size * max(1, self.n_gpu)
+
+    @property
+    def ddp_timeout_delta(self) -> timedelta:
+        """``ddp_timeout`` as a ``timedelta`` for ``init_process_group``."""
+        return timedelta(seconds=self.ddp_timeout)
+
+    @property
+    def place_model_on_device(self) -> bool:
+        """Whether the trainer moves the model to ``device`` (False only for model parallelism)."""
+        return True
+
+    @property
+    def should_log(self) -> bool:
+        """Whether this process logs: the main process of each node, or only the global main process."""
+        return self.local_process_index == 0 if self.log_on_each_node else self.process_index == 0
+
+    @property
+    def should_save(self) -> bool:
+        """Whether this process writes checkpoints: the global main process, or each node's with save_on_each_node."""
+        return self.local_process_index == 0 if self.save_on_each_node else self.process_index == 0
+
+    @contextlib.contextmanager
+    def main_process_first(self, local: bool = True, desc: str = "work") -> Iterator[None]:
+        """Run the body on the main process first, then on the others (e.g. dataset preprocessing and caching).
+
+        ``local`` picks the main process of each node instead of the global one. A no-op in one process.
+        """
+        from ..runtime.distributed import barrier, is_dist
+
+        if self.world_size <= 1 or not is_dist():
+            yield
+            return
+        is_main = (self.local_process_index if local else self.process_index) == 0
+        if not is_main:
+            logger.debug("%d: waiting for the main process to perform %s", self.process_index, desc)
+            barrier()
+        try:
+            yield
+        finally:
+            if is_main:
+                barrier()
+
+    def get_process_log_level(self) -> int:
+        """The log level of this process: log_level on logging processes, log_level_replica on the others.
+
+        "passive" keeps what the user set, on either library's logger (as upstream, which returns transformers'
+        verbosity): the ``trainwell`` logger's own level if set, else transformers' verbosity when a script has
+        loaded transformers' logging, else WARNING.
+        """
+        level = trainer_log_levels[self.log_level if self.should_log else self.log_level_replica]
+        return passive_level() if level == -1 else level
