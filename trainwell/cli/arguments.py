@@ -1,10 +1,14 @@
-"""Small argparse helpers of the command line (layer 0): a parser whose errors raise instead of exiting, so the
-``trainwell`` command prints them as one line, and positive-number argument types."""
+"""Small argparse helpers of the command line (layer 0): :class:`CLIError`, a parser whose errors raise instead of
+exiting, so the ``trainwell`` command prints them as one line, and positive-number argument types."""
 
 from __future__ import annotations
 
 import argparse
 from typing import NoReturn
+
+
+class CLIError(Exception):
+    """A usage error: printed as one ``trainwell: error:`` message, exit status 2."""
 
 
 class ArgParser(argparse.ArgumentParser):

@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .arguments import CLIError
+
 PROG = "trainwell"
-
-
-class CLIError(Exception):
-    """A usage error: printed as one ``trainwell: error:`` message, exit status 2."""
 
 
 @dataclass(frozen=True)

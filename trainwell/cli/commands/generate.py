@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..main import CLIError
-from ..arguments import ArgParser, positive_int
+from ..arguments import ArgParser, CLIError, positive_int
 
 from ..recipes import MODEL_CONFIG_NAME as CONFIG_NAME
 from ..recipes import MODEL_TYPE

@@ -14,8 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..main import CLIError
-from ..arguments import ArgParser
+from ..arguments import ArgParser, CLIError
 
 PLOT_FILE_NAME = "training_curves.png"
 _SKIPPED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_model_preparation_time",
