@@ -1,5 +1,5 @@
-"""Optimisation: the optimizer factory and parameter groups (factory.py), the optional optimizer packages
-(extras.py) and the learning-rate schedules (schedules.py)."""
+"""Optimisation: the optimizer factory and parameter groups (factory.py), the accepted names and the ``optim_args``
+parser (names.py), the optional optimizer packages (extras.py) and the learning-rate schedules (schedules.py)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from torch import nn
 
+from .names import parse_optim_args
+
 Factory = Callable[[Any, "nn.Module | None"], tuple[type, dict[str, Any]]]
 
 
@@ -35,8 +37,6 @@ def _adam(args: Any) -> dict[str, Any]:
 
 
 def _optim_args(args: Any) -> dict[str, Any]:
-    from .factory import parse_optim_args
-
     return parse_optim_args(getattr(args, "optim_args", None))
 
 
