@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from ..callbacks import TrainerCallback
 from ..utils.trainer_utils import BestRun
+from .trials import trial_arguments
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -94,8 +95,6 @@ def _trainable(config: dict[str, Any], local_trainer: Any = None, base_args: Any
                hp_name: Callable[[Any], str] | None = None) -> None:
     """One Ray trial, in a Ray worker: train (resuming from Ray's checkpoint when it restarts the trial), evaluate."""
     from ray import tune
-
-    from . import trial_arguments
 
     trainer = local_trainer
     name = hp_name(config) if hp_name is not None else f"run-{tune.get_context().get_trial_id()}"
