@@ -37,6 +37,7 @@ from typing import Any
 from . import digest, layout
 from .layout import CheckpointError
 from .nodes import node_index
+from .ranks import Ranks
 
 logger = logging.getLogger(__name__)
 
@@ -52,57 +53,6 @@ def test_hook(phase: str, step: int, rank: int) -> None:
         parts = item.strip().split(":")
         if len(parts) == 3 and parts[0] == phase and parts[1] == str(step) and parts[2] == str(rank):
             os.kill(os.getpid(), signal.SIGKILL)
-
-
-class Ranks:
-    """The processes that take part in a save or a resume, and the few collectives the protocols need.
-
-    Every collective is an object all-gather (a few bytes), run only at save and resume time. With one process,
-    or no process group, they are local no-ops. ``group``: the process group they run on (default: the training
-    one); an asynchronous save passes its own gloo group, so that the saver thread never issues collectives on
-    the group the training thread uses (two threads must not interleave collectives on one group).
-    """
-
-    def __init__(self, rank: int = 0, world_size: int = 1, *, group: Any = None) -> None:
-        self.rank = rank
-        self.world_size = world_size
-        self.group = group
-
-    @property
-    def active(self) -> bool:
-        """True when several processes take part (a process group is initialised)."""
-        if self.world_size <= 1:
-            return False
-        from ..runtime.distributed import is_dist
-
-        return is_dist()
-
-    def gather(self, obj: Any) -> list[Any]:
-        """``obj`` of every rank, in rank order."""
-        if not self.active:
-            return [obj]
-        if self.group is None:
-            from ..runtime.distributed import all_gather_object
-
-            return all_gather_object(obj)
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * self.world_size
-        dist.all_gather_object(gathered, obj, group=self.group)
-        return gathered
-
-    def barrier(self) -> None:
-        """Wait for every rank."""
-        if not self.active:
-            return
-        if self.group is None:
-            from ..runtime.distributed import barrier
-
-            barrier()
-        else:
-            import torch.distributed as dist
-
-            dist.barrier(group=self.group)
 
 
 def _record(root: Path, written: dict[str, digest.FileDigest]) -> dict[str, tuple[int, str]]:

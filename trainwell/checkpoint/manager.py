@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from torch import nn
 
-    from .commit import Ranks
+    from .ranks import Ranks
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class CheckpointManager:
 
                 _torch_save(rng_state if rng_state is not None else capture_rng_state(), tmp / self.rng_file)
 
-        from .commit import Ranks
+        from .ranks import Ranks
         from .nodes import writes_here
 
         ranks = Ranks(self.rank, self.world_size, group=group)
@@ -191,7 +191,7 @@ class CheckpointManager:
     @property
     def ranks(self) -> "Ranks":
         """The processes taking part in saves and resumes."""
-        from .commit import Ranks
+        from .ranks import Ranks
 
         return Ranks(self.rank, self.world_size)
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from .layout import CheckpointError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .commit import Ranks
+    from .ranks import Ranks
 
 PROBE_PREFIX = ".trainwell-node-probe-"
 SHARED, PER_NODE, ONE_NODE = "shared", "per-node", "one-node"
