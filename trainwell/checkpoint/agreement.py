@@ -23,18 +23,34 @@ import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import layout
 from .layout import CheckpointError
+from .ranks import Ranks
 from .safe_pickle import UnsafeCheckpointError, check_pickle_file, pickle_files
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .manager import CheckpointContents, CheckpointManager
 
 logger = logging.getLogger(__name__)
 
 _NOT_CAUGHT = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+class ResumingManager(Protocol):
+    """What the agreement needs of a :class:`~trainwell.checkpoint.manager.CheckpointManager` (which calls it)."""
+
+    output_dir: Path
+    rank: int
+    world_size: int
+    trust_pickles: bool
+
+    @property
+    def ranks(self) -> Ranks: ...
+
+    @property
+    def rng_file(self) -> str: ...
+
+    def load(self, folder: str | os.PathLike, contents: Any, *, load_optimizer: bool = True,
+             load_trainer_state: Callable[[str], Any] | None = None, verify: bool = True) -> dict[str, Any]: ...
 
 
 def local_share(rank: int, world_size: int) -> tuple[int, int]:
@@ -67,13 +83,13 @@ def verify_share(folder: Path, *, share: tuple[int, int], own: list[str], trust_
             check_pickle_file(folder / rel)
 
 
-def _agree(manager: "CheckpointManager", error: BaseException | None) -> list[tuple[int, str, bool]]:
+def _agree(manager: ResumingManager, error: BaseException | None) -> list[tuple[int, str, bool]]:
     """Every rank's failure: ``[(rank, message, unsafe)]`` (empty when every rank succeeded)."""
     mine = None if error is None else (f"{type(error).__name__}: {error}", isinstance(error, UnsafeCheckpointError))
     return [(r, item[0], item[1]) for r, item in enumerate(manager.ranks.gather(mine)) if item is not None]
 
 
-def candidates(manager: "CheckpointManager") -> list[Path]:
+def candidates(manager: ResumingManager) -> list[Path]:
     """The resumable checkpoints of ``output_dir`` that every rank sees, newest first.
 
     trainwell's (with the marker) and foreign ones (``checkpoint-<step>`` without it, e.g. the upstream Trainer's:
@@ -85,7 +101,7 @@ def candidates(manager: "CheckpointManager") -> list[Path]:
     return [manager.output_dir / name for name in reversed(mine) if name in common]
 
 
-def load_agreed(manager: "CheckpointManager", folders: list[Path], contents: "CheckpointContents", *,
+def load_agreed(manager: ResumingManager, folders: list[Path], contents: Any, *,
                 fallback: bool, load_optimizer: bool = True,
                 load_trainer_state: Callable[[str], Any] | None = None,
                 engine_load: Callable[[Path], None] | None = None,
