@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..utils.model_utils import unwrap_for_signature
+
 _LOGGER = logging.getLogger(__name__)
 
 __all__ = [
@@ -21,21 +23,6 @@ __all__ = [
     "check_labels_present",
     "unwrap_for_signature",
 ]
-
-
-def unwrap_for_signature(model: Any) -> Any:
-    """The module whose ``forward`` defines the accepted inputs: unwraps DDP/DataParallel (``.module``),
-    ``torch.compile`` (``_orig_mod``) and PEFT models (``get_base_model()``)."""
-    seen: set[int] = set()
-    while id(model) not in seen:
-        seen.add(id(model))
-        if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        elif callable(getattr(model, "get_base_model", None)):
-            model = model.get_base_model()
-        elif hasattr(model, "module") and hasattr(model.module, "forward"):
-            model = model.module
-    return model
 
 
 def signature_columns(model: Any, label_names: list[str] | None = None) -> list[str]:

@@ -82,7 +82,7 @@ def explain_rejected_labels(error: TypeError, model: Any, inputs: Mapping[str, A
     batch: Python only says "unexpected keyword argument 'labels'"); None for any other ``TypeError``."""
     import inspect
 
-    from ..data.columns import unwrap_for_signature
+    from .model_utils import unwrap_for_signature
 
     rejected = [name for name in (*label_names, "labels") if name in inputs and f"'{name}'" in str(error)]
     if "unexpected keyword argument" not in str(error) or not rejected:

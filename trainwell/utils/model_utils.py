@@ -22,6 +22,21 @@ def unwrap_model(model: nn.Module) -> nn.Module:
             return model
 
 
+def unwrap_for_signature(model: Any) -> Any:
+    """The module whose ``forward`` defines the accepted inputs: unwraps DDP/DataParallel (``.module``),
+    ``torch.compile`` (``_orig_mod``) and PEFT models (``get_base_model()``)."""
+    seen: set[int] = set()
+    while id(model) not in seen:
+        seen.add(id(model))
+        if hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        elif callable(getattr(model, "get_base_model", None)):
+            model = model.get_base_model()
+        elif hasattr(model, "module") and hasattr(model.module, "forward"):
+            model = model.module
+    return model
+
+
 def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
     """The parameters of ``unwrap_model(model).forward``."""
     return dict(inspect.signature(unwrap_model(model).forward).parameters)
