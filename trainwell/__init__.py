@@ -6,6 +6,7 @@ Public names are resolved lazily (PEP 562) so that ``import trainwell`` costs al
 from __future__ import annotations
 
 from .utils.lazy_exports import alias_modules, lazy_exports
+from .utils.tracker_table import callback_exports
 
 __version__ = "0.1.0"
 
@@ -27,20 +28,8 @@ _EXPORTS: dict[str, str] = {
     "PrinterCallback": "callbacks",
     "EarlyStoppingCallback": "callbacks",
     "StopOnNonFiniteLossCallback": "callbacks",
-    "TensorBoardCallback": "callbacks.integrations.tensorboard",
-    "MLflowCallback": "callbacks.integrations.mlflow",
-    "WandbCallback": "callbacks.integrations",
-    "CometCallback": "callbacks.integrations",
-    "ClearMLCallback": "callbacks.integrations",
-    "NeptuneCallback": "callbacks.integrations",
-    "DVCLiveCallback": "callbacks.integrations",
-    "CodeCarbonCallback": "callbacks.integrations",
-    "TrackioCallback": "callbacks.integrations",
-    "SwanLabCallback": "callbacks.integrations",
-    "AzureMLCallback": "callbacks.integrations",
-    "DagsHubCallback": "callbacks.integrations",
-    "FlyteCallback": "callbacks.integrations",
-    "KubeflowCallback": "callbacks.integrations",
+    # the experiment trackers' callbacks: one row each in utils/tracker_table.py
+    **callback_exports(__name__),
     # utilities and types
     "IntervalStrategy": "utils.trainer_utils",
     "SaveStrategy": "utils.trainer_utils",

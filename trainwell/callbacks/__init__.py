@@ -6,44 +6,30 @@ Integrations (TensorBoard, MLflow, W&B, Comet, ...) import their packages only w
 from __future__ import annotations
 
 from ..utils.lazy_exports import lazy_exports
+from ..utils.tracker_table import TRACKER_TABLE, callback_exports
 from .state import ExportableState, TrainerControl, TrainerState
 from .base import TrainerCallback
 from .divergence import StopOnNonFiniteLossCallback
 from .early_stopping import EarlyStoppingCallback
 from .flow import DefaultFlowCallback
-from .integrations import CALLBACK_MODULES, get_available_reporting_integrations, get_reporting_integration_callbacks
+from .integrations import get_available_reporting_integrations, get_reporting_integration_callbacks
 from .printer import PrinterCallback
 from .progress import ProgressCallback
 
 # The integrations' callbacks are imported on first use (each module is only needed when report_to names it).
-__getattr__, __dir__ = lazy_exports(
-    __name__, {name: f"integrations.{module}" for name, module in CALLBACK_MODULES.items() if name.endswith("Callback")}
-)
+__getattr__, __dir__ = lazy_exports(__name__, callback_exports(__name__))
 
-__all__ = [
-    "AzureMLCallback",
-    "ClearMLCallback",
-    "CodeCarbonCallback",
-    "CometCallback",
-    "DagsHubCallback",
-    "DVCLiveCallback",
-    "FlyteCallback",
-    "KubeflowCallback",
-    "NeptuneCallback",
-    "SwanLabCallback",
-    "TrackioCallback",
-    "WandbCallback",
+__all__ = sorted([
     "DefaultFlowCallback",
     "EarlyStoppingCallback",
     "ExportableState",
-    "MLflowCallback",
     "PrinterCallback",
     "ProgressCallback",
     "StopOnNonFiniteLossCallback",
-    "TensorBoardCallback",
     "TrainerCallback",
     "TrainerControl",
     "TrainerState",
     "get_available_reporting_integrations",
     "get_reporting_integration_callbacks",
-]
+    *(t.callback for t in TRACKER_TABLE),
+])

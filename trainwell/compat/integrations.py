@@ -7,102 +7,46 @@ Same names as ``transformers.integrations`` for the experiment trackers: the cal
 
 from __future__ import annotations
 
+from typing import Callable
+
+from ..callbacks import integrations as _integrations
 from ..callbacks.integrations import (
     INTEGRATION_TO_CALLBACK,
-    AzureMLCallback,
-    ClearMLCallback,
-    CodeCarbonCallback,
-    CometCallback,
-    DagsHubCallback,
-    DVCLiveCallback,
-    FlyteCallback,
-    KubeflowCallback,
     MissingIntegrationError,
-    MLflowCallback,
-    NeptuneCallback,
-    SwanLabCallback,
-    TensorBoardCallback,
-    TrackioCallback,
-    WandbCallback,
     get_available_reporting_integrations,
     get_reporting_integration_callbacks,
     rewrite_logs,
 )
 from ..callbacks.integrations.neptune import NeptuneMissingConfiguration
 from ..callbacks.integrations.wandb import WandbLogModel
+from ..utils.tracker_table import TRACKER_TABLE, Tracker, needed_modules
 from ..utils.trackers import is_installed
 
-__all__ = [
-    "INTEGRATION_TO_CALLBACK", "AzureMLCallback", "ClearMLCallback", "CodeCarbonCallback", "CometCallback",
-    "DagsHubCallback", "DVCLiveCallback", "FlyteCallback", "KubeflowCallback", "MissingIntegrationError",
-    "MLflowCallback", "NeptuneCallback", "NeptuneMissingConfiguration", "SwanLabCallback", "TensorBoardCallback",
-    "TrackioCallback", "WandbCallback", "WandbLogModel", "get_available_reporting_integrations",
-    "get_reporting_integration_callbacks", "rewrite_logs", "is_azureml_available", "is_clearml_available",
-    "is_codecarbon_available", "is_comet_available", "is_dagshub_available", "is_dvclive_available",
-    "is_mlflow_available", "is_neptune_available", "is_swanlab_available", "is_tensorboard_available",
-    "is_trackio_available", "is_wandb_available",
-]
+
+def _availability_check(tracker: Tracker) -> Callable[[], bool]:
+    """Upstream's ``is_<tracker>_available`` for one row of the table (imports no tracker package)."""
+    if tracker.available_if == "usable":
+        def check() -> bool:
+            return tracker.name in get_available_reporting_integrations()
+
+        check.__doc__ = f"{tracker.module} is installed and would be picked by report_to='all' (as upstream)."
+    else:
+        def check() -> bool:
+            installed = all(is_installed(module) for module in needed_modules(tracker))
+            return installed or (tracker.alternative is not None and is_installed(tracker.alternative))
+
+        check.__doc__ = f"{' and '.join(needed_modules(tracker))} installed" + (
+            f" (or {tracker.alternative})." if tracker.alternative else ".")
+    check.__name__ = check.__qualname__ = str(tracker.available)
+    return check
 
 
-def _available(name: str) -> bool:
-    return name in get_available_reporting_integrations()
+# The callbacks (each module imported now, as upstream's module does) and the is_*_available checks, by table row.
+globals().update({t.callback: getattr(_integrations, t.callback) for t in TRACKER_TABLE})
+globals().update({t.available: _availability_check(t) for t in TRACKER_TABLE if t.available})
 
-
-def is_wandb_available() -> bool:
-    """wandb is installed."""
-    return is_installed("wandb")
-
-
-def is_comet_available() -> bool:
-    """comet_ml is installed and configured (an API key or offline mode), as upstream requires."""
-    return _available("comet_ml")
-
-
-def is_mlflow_available() -> bool:
-    """mlflow is installed and ``DISABLE_MLFLOW_INTEGRATION`` is not true."""
-    return _available("mlflow")
-
-
-def is_tensorboard_available() -> bool:
-    """tensorboard (or tensorboardX) is installed."""
-    return is_installed("tensorboard") or is_installed("tensorboardX")
-
-
-def is_azureml_available() -> bool:
-    """azureml-core is installed."""
-    return is_installed("azureml") and is_installed("azureml.core.run")
-
-
-def is_dagshub_available() -> bool:
-    """dagshub and mlflow are installed."""
-    return is_installed("dagshub") and is_installed("mlflow")
-
-
-def is_neptune_available() -> bool:
-    """neptune is installed."""
-    return is_installed("neptune")
-
-
-def is_clearml_available() -> bool:
-    """clearml is installed."""
-    return is_installed("clearml")
-
-
-def is_codecarbon_available() -> bool:
-    """codecarbon is installed."""
-    return is_installed("codecarbon")
-
-
-def is_dvclive_available() -> bool:
-    """dvclive is installed."""
-    return is_installed("dvclive")
-
-
-def is_swanlab_available() -> bool:
-    """swanlab is installed."""
-    return is_installed("swanlab")
-
-
-def is_trackio_available() -> bool:
-    """trackio is installed."""
-    return is_installed("trackio")
+__all__ = sorted([
+    "INTEGRATION_TO_CALLBACK", "MissingIntegrationError", "NeptuneMissingConfiguration", "WandbLogModel",
+    "get_available_reporting_integrations", "get_reporting_integration_callbacks", "rewrite_logs",
+    *(t.callback for t in TRACKER_TABLE), *(t.available for t in TRACKER_TABLE if t.available),
+])

@@ -1,8 +1,8 @@
 """``report_to`` names: the package each integration needs, and which ones are installed and usable.
 
-One source of truth for ``TrainingArguments`` (name validation, ``report_to="all"``) and for the callbacks
-(``callbacks/integrations``). Nothing here imports a tracker package: presence is checked with ``find_spec`` and
-whether a tracker can run (credentials or an offline/local mode) with its documented environment variables and
+The trackers themselves are the rows of :data:`~trainwell.utils.tracker_table.TRACKER_TABLE`; this module answers
+for ``TrainingArguments`` (name validation, ``report_to="all"``) and for the callbacks (``callbacks/integrations``).
+Nothing here imports a tracker package: presence is checked with ``find_spec`` and whether a tracker can run (credentials or an offline/local mode) with its documented environment variables and
 config files only, so that building the arguments stays cheap.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from .tracker_table import TRACKER_TABLE, Tracker
 
 __all__ = [
     "REPORT_TO_INTEGRATIONS",
@@ -29,33 +30,8 @@ logger = logging.getLogger(__name__)
 _TRUE = {"1", "ON", "YES", "TRUE", "Y"}
 
 
-@dataclass(frozen=True)
-class Tracker:
-    """One ``report_to`` name: the module it imports, what to pip-install, the trainwell extra."""
-
-    name: str
-    module: str  # the importable module whose presence means "installed"
-    pip: str  # what `pip install` needs
-    extra: str | None  # `pip install trainwell[extra]`, when trainwell has one
-
-
-# Upstream's order of get_available_reporting_integrations(), then the names it accepts but never auto-selects.
-TRACKERS: dict[str, Tracker] = {t.name: t for t in (
-    Tracker("azure_ml", "azureml.core.run", "azureml-core", None),
-    Tracker("comet_ml", "comet_ml", "comet-ml", "comet_ml"),
-    Tracker("dagshub", "dagshub", "dagshub mlflow", None),
-    Tracker("dvclive", "dvclive", "dvclive", "dvclive"),
-    Tracker("mlflow", "mlflow", "mlflow", "mlflow"),
-    Tracker("neptune", "neptune", "neptune", "neptune"),
-    Tracker("tensorboard", "tensorboard", "tensorboard", "tensorboard"),
-    Tracker("wandb", "wandb", "wandb", "wandb"),
-    Tracker("codecarbon", "codecarbon", "codecarbon", "codecarbon"),
-    Tracker("clearml", "clearml", "clearml", "clearml"),
-    Tracker("swanlab", "swanlab", "swanlab", "swanlab"),
-    Tracker("trackio", "trackio", "trackio", "trackio"),
-    Tracker("kubeflow", "kubeflow", "(none: set KUBEFLOW_TRAINER_SERVER_URL)", None),
-    Tracker("flyte", "flytekit", "flytekit flytekitplugins-deck-standard", None),
-)}
+# report_to name -> its row of the table, in upstream's order.
+TRACKERS: dict[str, Tracker] = {t.name: t for t in TRACKER_TABLE}
 
 # report_to name -> module whose presence means the integration is installed (kept for TrainingArguments).
 REPORT_TO_INTEGRATIONS: dict[str, str] = {name: t.module for name, t in TRACKERS.items()}

@@ -11,6 +11,7 @@ from importlib import import_module
 from typing import Any
 
 from ...utils.lazy_exports import lazy_exports
+from ...utils.tracker_table import TRACKER_TABLE, callback_exports, needed_modules
 from ...utils.trackers import (
     TRACKERS,
     MissingIntegrationError,
@@ -21,63 +22,13 @@ from ...utils.trackers import (
 from ..base import TrainerCallback
 
 # Each public name -> its module, imported on first use (a Trainer loads only what report_to names).
-CALLBACK_MODULES: dict[str, str] = {
-    "AzureMLCallback": "hosted",
-    "ClearMLCallback": "clearml",
-    "CodeCarbonCallback": "codecarbon",
-    "CometCallback": "comet",
-    "DagsHubCallback": "hosted",
-    "DVCLiveCallback": "dvclive",
-    "FlyteCallback": "hosted",
-    "KubeflowCallback": "hosted",
-    "MLflowCallback": "mlflow",
-    "NeptuneCallback": "neptune",
-    "SwanLabCallback": "swanlab",
-    "TensorBoardCallback": "tensorboard",
-    "TrackioCallback": "trackio",
-    "WandbCallback": "wandb",
-    "rewrite_logs": "tensorboard",
-}
+CALLBACK_MODULES: dict[str, str] = {**callback_exports(__name__), "rewrite_logs": "tensorboard"}
 
-__all__ = [
-    "INTEGRATION_TO_CALLBACK",
-    "AzureMLCallback",
-    "ClearMLCallback",
-    "CodeCarbonCallback",
-    "CometCallback",
-    "DagsHubCallback",
-    "DVCLiveCallback",
-    "FlyteCallback",
-    "KubeflowCallback",
-    "MLflowCallback",
-    "MissingIntegrationError",
-    "NeptuneCallback",
-    "SwanLabCallback",
-    "TensorBoardCallback",
-    "TrackioCallback",
-    "WandbCallback",
-    "get_available_reporting_integrations",
-    "get_reporting_integration_callbacks",
-    "rewrite_logs",
-]
+__all__ = sorted(["INTEGRATION_TO_CALLBACK", "MissingIntegrationError", "get_available_reporting_integrations",
+                  "get_reporting_integration_callbacks", *CALLBACK_MODULES])
 
 # Upstream's table, same keys: report_to name -> the callback class's name (see INTEGRATION_TO_CALLBACK).
-_INTEGRATION_NAMES: dict[str, str] = {
-    "azure_ml": "AzureMLCallback",
-    "comet_ml": "CometCallback",
-    "mlflow": "MLflowCallback",
-    "neptune": "NeptuneCallback",
-    "tensorboard": "TensorBoardCallback",
-    "trackio": "TrackioCallback",
-    "wandb": "WandbCallback",
-    "codecarbon": "CodeCarbonCallback",
-    "clearml": "ClearMLCallback",
-    "dagshub": "DagsHubCallback",
-    "flyte": "FlyteCallback",
-    "dvclive": "DVCLiveCallback",
-    "swanlab": "SwanLabCallback",
-    "kubeflow": "KubeflowCallback",
-}
+_INTEGRATION_NAMES: dict[str, str] = {t.name: t.callback for t in TRACKER_TABLE}
 
 _lazy_getattr, __dir__ = lazy_exports(__name__, CALLBACK_MODULES)
 
@@ -94,14 +45,6 @@ def __getattr__(name: str) -> Any:
         globals()[name] = table
         return table
     return _lazy_getattr(name)
-
-
-def _needed_modules(name: str) -> list[str]:
-    if name == "dagshub":
-        return ["dagshub", "mlflow"]
-    if name == "kubeflow":
-        return []  # needs an environment, not a package: its callback says so
-    return [TRACKERS[name].module]
 
 
 def get_reporting_integration_callbacks(report_to: str | list[str] | None) -> list[type[TrainerCallback]]:
@@ -125,7 +68,7 @@ def get_reporting_integration_callbacks(report_to: str | list[str] | None) -> li
             f"{sorted(_INTEGRATION_NAMES)} (or 'all' / 'none')."
         )
     names = list(dict.fromkeys(names))
-    missing = [name for name in names if not all(is_installed(m) for m in _needed_modules(name))]
+    missing = [name for name in names if not all(is_installed(m) for m in needed_modules(TRACKERS[name]))]
     if missing:
         raise missing_packages_error(missing)
     return [_callback_class(name) for name in names]
