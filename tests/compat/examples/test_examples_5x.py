@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 import examples_cases as cases
-from examples_runs import commands, left, run_side_by_side, same_weights, without, world  # noqa: F401 (fixture)
+from examples_runs import (commands, left, run_side_by_side, same_weights, upstream_eval_one_per_batch,  # noqa: F401
+                           without, world)
 
 transformers = pytest.importorskip("transformers")
 if int(transformers.__version__.split(".")[0]) < 5:
@@ -112,7 +113,7 @@ def test_summarization_same_run_but_evaluation(runs):
     assert ours["predictions"]["generated_predictions.txt"] == upstream["predictions"]["generated_predictions.txt"]
 
 
-def test_summarization_evaluation_is_the_ground_truth(runs, tmp_path):
+def test_summarization_evaluation_is_the_ground_truth(runs, world, tmp_path):
     """run_summarization evaluates 13 samples in batches of 4, 4, 4 and 1. transformers 5.x's Seq2SeqTrainer
     gathers the losses without dropping the short last batch's repeats: its eval_loss weighs that 1 sample as 4
     (5.6049 after training, for 5.6142; predict_loss 5.5858 for 5.5811). Ground truth: the same script with
@@ -123,14 +124,8 @@ def test_summarization_evaluation_is_the_ground_truth(runs, tmp_path):
     its first batch, so its first eval's first batch makes 20 tokens and every later one 19 (19.31, then 19.0)."""
     done = runs("summarization")
     upstream, ours = left(done["transformers"], "summarization"), left(done["trainwell"], "summarization")
-    argv = list(done["trainwell"]["argv"])
-    argv = [a for a in argv if a not in ("--do_train", "--do_predict")]
-    argv[argv.index("--model_name_or_path") + 1] = str(done["trainwell"]["out"])
-    argv[argv.index("--output_dir") + 1] = str(tmp_path / "eval")
-    rerun = run_side_by_side({"one": commands("transformers", [*argv, "--per_device_eval_batch_size", "1"])},
-                             {"one": tmp_path / "eval"})["one"]
-    assert rerun["rc"] == 0, rerun["tail"]
-    truth = cases.collect(tmp_path / "eval")["eval_results.json"]["eval_loss"]
+    truth = upstream_eval_one_per_batch("summarization", world, done["trainwell"]["out"], tmp_path / "eval")[
+        "eval_results.json"]["eval_loss"]
     assert ours["eval_results.json"]["eval_loss"] == pytest.approx(truth, rel=1e-5)
     assert upstream["eval_results.json"]["eval_loss"] != pytest.approx(truth, rel=1e-4)
     gen_len = lambda rec: [e["eval_gen_len"] for e in rec["log_history"] if "eval_gen_len" in e]
