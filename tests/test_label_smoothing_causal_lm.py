@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
-from trainwell.model_utils import is_causal_lm
+from trainwell.utils.model_utils import is_causal_lm
 
 transformers = pytest.importorskip("transformers")
 

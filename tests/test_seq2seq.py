@@ -190,7 +190,7 @@ def test_default_generation_length_is_the_models_on_every_batch(tmp_path):
 def test_decoder_prompt_of_another_shape_is_kept_for_generation():
     """``decoder_input_ids`` made from the labels (same shape) are left out of generation with their mask; decoder
     ids of another shape are a prompt that generation continues, as upstream."""
-    from trainwell.seq2seq import _generation_inputs
+    from trainwell.trainer.seq2seq import _generation_inputs
 
     labels, ids = torch.ones(2, 5, dtype=torch.long), torch.ones(2, 3, dtype=torch.long)
     made = _generation_inputs({"input_ids": ids, "labels": labels, "decoder_input_ids": labels,
@@ -198,3 +198,14 @@ def test_decoder_prompt_of_another_shape_is_kept_for_generation():
     assert set(made) == {"input_ids"}
     prompt = _generation_inputs({"input_ids": ids, "labels": labels, "decoder_input_ids": ids[:, :2]})
     assert set(prompt) == {"input_ids", "decoder_input_ids"}
+
+
+def test_generation_is_synced_across_ranks_only_with_sharded_parameters(tmp_path, monkeypatch):
+    """``synced_gpus`` (every rank steps until the longest generation ends) is asked for on several ranks with FSDP
+    or ZeRO-3, whose forward passes gather parameters from every rank; not on one rank or with DDP."""
+    trainer = Seq2SeqTrainer(model=CopyModel(), args=_args(tmp_path))
+    assert not trainer._generation_needs_synced_gpus()
+    monkeypatch.setattr(type(trainer.args), "world_size", property(lambda self: 2))
+    assert not trainer._generation_needs_synced_gpus()
+    monkeypatch.setattr(trainer.args, "fsdp", ["full_shard"])
+    assert trainer._generation_needs_synced_gpus()

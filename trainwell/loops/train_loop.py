@@ -21,8 +21,8 @@ from typing import Any, Iterator
 import torch
 
 from ..data.loader import has_length
-from ..overrides import accepts
-from ..trainer_utils import TrainOutput
+from ..utils.overrides import accepts
+from ..utils.trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
 from .loss_scaling import WindowScaler, loss_divisors
 
