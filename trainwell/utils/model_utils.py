@@ -55,8 +55,8 @@ def accepts_loss_kwargs(model: nn.Module) -> bool:
 
 def is_causal_lm(model: nn.Module) -> bool:
     """Whether ``model`` (a PEFT wrapper: its base model) is one of transformers' causal LMs, by class name as
-    upstream decides (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): its logits at position t predict label t + 1. Without
-    transformers imported no model can be one, and transformers is not imported here."""
+    upstream decides (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): its logits at position t predict label t + 1. The
+    mapping is read only once transformers is imported (a transformers model imports it); this never imports it."""
     import sys
 
     if "transformers" not in sys.modules:
