@@ -181,6 +181,11 @@ class OutputAccumulator:
         self._host: list[Any] = []
         self._stores: list[_SlabStore] = []
 
+    @property
+    def pending(self) -> int:
+        """How many added pieces are still on the accelerator (moved to CPU numpy by the next ``flush``)."""
+        return len(self._device)
+
     def add(self, nested: Any) -> None:
         """Keep one batch's output (None is ignored)."""
         if nested is None:
