@@ -186,9 +186,8 @@ def _optimizer_update(trainer: TrainLoopTrainer, clip_norm: float | None, schedu
     return grad_norm
 
 
-def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: Any = None,
-                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
-    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainPlan, Any, LoopState]:
+    """The run's dataloader, plan, prepared model and loop state (restored from ``resume_from`` when given)."""
     args = trainer.args
     batch_size = trainer._train_batch_size or args.train_batch_size
     dataloader = trainer.get_train_dataloader()
@@ -203,10 +202,18 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
                            world_size=args.world_size)
     trainer._loop = loop
     loop.step_takes_num_items = _training_step_takes_num_items(trainer)
-    state, cb = trainer.state, trainer.callback_handler
-    cb.train_dataloader = dataloader
-    tr_loss = loop.tr_loss
+    loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs (resumed: from here)
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
+    trainer.callback_handler.train_dataloader = dataloader
+    return dataloader, plan, model, loop
+
+
+def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: Any = None,
+                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
+    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+    dataloader, plan, model, loop = _start_run(trainer, resume_from)
+    args, state, cb = trainer.args, trainer.state, trainer.callback_handler
+    position, tr_loss = loop.position, loop.tr_loss
     scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
     trainer._step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
@@ -214,7 +221,6 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
     clip_norm = _clip_norm(args, trainer.backend)
     engine_clips = trainer.backend.caps.handles_grad_accumulation
     batches_per_epoch = plan.micro_batches_per_epoch
-    loop.steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:
