@@ -28,9 +28,8 @@ if TYPE_CHECKING:
     from ..callbacks.state import TrainerControl, TrainerState
     from ..runtime.memory import TrainerMemoryTracker
     from ..utils.trainer_utils import EvalLoopOutput, TrainOutput
-    from .loop_state import DataPosition, LoopState
+    from .loop_state import DataPosition, LoopState, TrainPlan
     from .loss_scaling import WindowScaler
-    from .train_loop import TrainPlan
 
 __all__ = ["BatchSizeTrainer", "EvalLoopTrainer", "LoopTrainer", "TrainHooksTrainer", "TrainLoopTrainer"]
 

@@ -141,3 +141,15 @@ class LoopState:
         position.total_loss = self.total_loss
         position.last_logged_step = self.last_logged_step
         return {**position.to_dict(), "global_step": global_step}
+
+
+@dataclass
+class TrainPlan:
+    """How long training runs, computed from the data and the arguments."""
+
+    micro_batches_per_epoch: int | None  # None for a dataset without a length
+    updates_per_epoch: int | None
+    max_steps: int
+    num_epochs: int
+    num_examples: int | None
+    total_train_batch_size: int

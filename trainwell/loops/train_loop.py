@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
@@ -23,7 +22,7 @@ import torch
 from ..data.loader import has_length
 from ..utils.overrides import accepts
 from ..utils.trainer_utils import TrainOutput
-from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
+from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState, TrainPlan
 from .loss_scaling import WindowScaler, loss_divisors
 
 if TYPE_CHECKING:
@@ -32,18 +31,6 @@ if TYPE_CHECKING:
     from .contract import TrainLoopTrainer
 
 __all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
-
-
-@dataclass
-class TrainPlan:
-    """How long training runs, computed from the data and the arguments."""
-
-    micro_batches_per_epoch: int | None  # None for a dataset without a length
-    updates_per_epoch: int | None
-    max_steps: int
-    num_epochs: int
-    num_examples: int | None
-    total_train_batch_size: int
 
 
 def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
