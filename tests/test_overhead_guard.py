@@ -27,11 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 # 420 of them are torch's optimizer and schedule running a second parameter group: the Trainer keeps upstream's two
 # groups (decay / no decay) so that optimizer.pt interchanges with upstream's; the hand loop has one.
 MAX_EXTRA_BYTECODES = 0.09
-# Measured: 49 trainwell modules (66 before the integrations, checkpoint I/O and samplers were loaded lazily); 59 after
-# the regroup of issue 20, the same code in more files: 6 package __init__s of a few lines (args, optim, runtime,
-# trainer, utils, compat), TrainingArguments' validation and runtime properties out of args/fields.py, optim/names.py,
-# utils/tracker_table.py. The import itself did not get slower (min of 8 runs, `from trainwell import Trainer,
-# TrainingArguments` after torch: 434 ms before, 415 ms after, on a loaded 2-core machine).
+# Measured: 49 trainwell modules (66 before the integrations, checkpoint I/O and samplers were loaded lazily); 59
+# after the regroup of issue 20, the same code in more files: 6 package __init__s of a few lines (args, optim,
+# runtime, trainer, utils, compat), TrainingArguments' validation and runtime properties out of args/fields.py,
+# optim/names.py, utils/tracker_table.py; 60 with loops/contract.py and loops/accumulate.py. The import itself did not
+# get slower (min of 8 runs, `from trainwell import Trainer, TrainingArguments` after torch: 434 ms before, 415 ms
+# after, on a loaded 2-core machine).
 MAX_TRAINER_IMPORT_MODULES = 60
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O, samplers.
 DEFERRED_MODULES = (

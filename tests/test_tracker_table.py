@@ -4,6 +4,9 @@ it and equals the lists trainwell exported before the table (and upstream's name
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +93,14 @@ def test_usable_kind_checks_follow_report_to_all(monkeypatch):
     monkeypatch.setattr(compat_integrations, "get_available_reporting_integrations", lambda: ["mlflow"])
     assert compat_integrations.is_mlflow_available() is True
     assert compat_integrations.is_comet_available() is False
+
+
+@pytest.mark.slow
+def test_import_trainwell_reads_no_table_until_a_tracker_name_is_asked_for():
+    """``import trainwell`` stays at three modules; ``__all__``, ``dir`` and ``import *`` still list the callbacks."""
+    code = ("import sys; import trainwell; loaded = sorted(m for m in sys.modules if m.startswith('trainwell')); "
+            "ns = {}; exec('from trainwell import *', ns); "
+            "print(loaded, 'WandbCallback' in trainwell.__all__, 'DVCLiveCallback' in ns, 'FlyteCallback' in dir(trainwell))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120, env=env)
+    assert out.stdout.strip() == "['trainwell', 'trainwell.utils', 'trainwell.utils.lazy_exports'] True True True"

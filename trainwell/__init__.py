@@ -5,8 +5,9 @@ Public names are resolved lazily (PEP 562) so that ``import trainwell`` costs al
 
 from __future__ import annotations
 
+from typing import Any
+
 from .utils.lazy_exports import alias_modules, lazy_exports
-from .utils.tracker_table import callback_exports
 
 __version__ = "0.1.0"
 
@@ -28,8 +29,6 @@ _EXPORTS: dict[str, str] = {
     "PrinterCallback": "callbacks",
     "EarlyStoppingCallback": "callbacks",
     "StopOnNonFiniteLossCallback": "callbacks",
-    # the experiment trackers' callbacks: one row each in utils/tracker_table.py
-    **callback_exports(__name__),
     # utilities and types
     "IntervalStrategy": "utils.trainer_utils",
     "SaveStrategy": "utils.trainer_utils",
@@ -64,10 +63,31 @@ _EXPORTS: dict[str, str] = {
     "is_deepspeed_zero3_enabled": "backends.deepspeed.config",
 }
 
-__all__ = sorted(_EXPORTS)
+_lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+def _add_tracker_callbacks() -> None:
+    """The experiment trackers' callbacks (``WandbCallback``, ...) join the exports from their table
+    (``utils/tracker_table.py``) the first time they or ``__all__`` are asked for: ``import trainwell`` reads no table."""
+    if "__all__" not in globals():
+        from .utils.tracker_table import callback_exports
+
+        _EXPORTS.update(callback_exports(__name__))
+        globals()["__all__"] = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported on first use (PEP 562); ``__all__`` and the trackers' callbacks read their table."""
+    if name == "__all__" or name not in _EXPORTS:
+        _add_tracker_callbacks()
+        if name == "__all__":
+            return globals()["__all__"]
+    return _lazy_getattr(name)
+
+
+def __dir__() -> list[str]:
+    _add_tracker_callbacks()
+    return _lazy_dir()
 
 # Former module paths (and upstream's module names) keep importing: the same module objects under both names.
 _MOVED: dict[str, str] = {
