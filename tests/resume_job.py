@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the checkout's trainwell first: the repository root is the folder above tests/, however deep this file is
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if p.name == "tests").parent))
 
 from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
 from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402

@@ -29,6 +29,7 @@ from trainwell.trainer_utils import (
     SchedulerType,
     ShardedDDPOption,
 )
+from launch import ROOT
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
                "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
@@ -593,5 +594,5 @@ def test_import_and_construction_do_not_import_torch():
             "from trainwell.seq2seq_args import Seq2SeqTrainingArguments; Seq2SeqTrainingArguments(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=ROOT)
     assert out.stdout.strip() == "False"

@@ -21,8 +21,9 @@ from torch import nn
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint.async_save import HostCopier
 from trainwell.checkpoint.layout import CheckpointError, list_complete_checkpoints, read_marker, verify_checkpoint
+from launch import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 JOB = textwrap.dedent('''
     import sys

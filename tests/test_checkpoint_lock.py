@@ -20,9 +20,9 @@ from trainwell.checkpoint.lock import LOCK_NAME, OutputDirLock, OutputDirLockedE
 from trainwell.trainer_utils import get_last_checkpoint
 
 from conftest import RegressionModel, regression_data
-from launch import run, torchrun
+from launch import ROOT, run, torchrun
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 def make_trainer(out: Path, callbacks: list | None = None, **overrides) -> Trainer:

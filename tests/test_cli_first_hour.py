@@ -19,8 +19,9 @@ import torch
 
 from trainwell import Trainer, TrainingArguments
 from trainwell.cli.main import main
+from launch import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 TINY = ["--max_steps", "6", "--eval_steps", "3", "--save_steps", "3", "--logging_steps", "1",
         "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "16"]
 

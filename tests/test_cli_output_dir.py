@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
+from launch import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 TINY = ["--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1", "--per_device_train_batch_size", "4",
         "--per_device_eval_batch_size", "64"]
 

@@ -13,6 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from launch import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: never reach the network
 
@@ -428,7 +429,7 @@ def test_upstream_script_runs_unchanged_with_trainwell(model_path, tmp_path, cap
 
 # ------------------------------------------------------------------------------------------------ the example
 def test_example_script_finetunes_minilm(tmp_path, capsys, monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "examples" / "finetune_minilm.py"
+    path = ROOT / "examples" / "finetune_minilm.py"
     spec = importlib.util.spec_from_file_location("finetune_minilm_example", path)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there
