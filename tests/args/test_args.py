@@ -398,7 +398,7 @@ def test_tf32_without_cuda_is_skipped_with_a_warning(tmp_path):
 
 
 def test_push_to_hub_fields_are_accepted(tmp_path):
-    args = make(tmp_path, push_to_hub=True, hub_strategy="checkpoint")  # pushing itself: tests/test_push_to_hub.py
+    args = make(tmp_path, push_to_hub=True, hub_strategy="checkpoint")  # pushing: tests/trainer/test_push_to_hub.py
     assert args.push_to_hub is True and args.hub_strategy == "checkpoint"
     assert make(tmp_path).set_push_to_hub("me/model").hub_model_id == "me/model"
 

@@ -1,8 +1,8 @@
-"""A small deterministic training job that tests/test_resume.py runs as a subprocess, and interrupts.
+"""A small deterministic training job that tests/checkpoint/test_resume.py runs as a subprocess, and interrupts.
 
 Usage::
 
-    python tests/resume_job.py OUTPUT_DIR [--resume] [--kill-at-step N] [--kill-in-save N] [--term-at-step N]
+    python tests/checkpoint/resume_job.py OUTPUT_DIR [--resume] [--kill-at-step N] [--kill-in-save N] [--term-at-step N]
 
 The job trains a dropout MLP on a fixed random classification set (CPU, shuffling on, gradient accumulation 2,
 linear schedule with warmup, AdamW, logging every step, a checkpoint every 3 steps, an evaluation every 3 steps,

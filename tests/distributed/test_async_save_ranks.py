@@ -6,7 +6,7 @@ write leaves the previous checkpoint the newest valid one and the relaunch ends 
 CheckpointError on both ranks, at the same step; the save made on SIGTERM is committed before ``train()`` returns.
 FSDP2 the same: the shards are copied to host memory in the training thread and written by DCP in the background.
 ZeroRedundancyOptimizer (``sharded_ddp``), whose state is consolidated with collectives on the training group,
-refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
+refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/checkpoint/test_checkpoint_async.py``).
 """
 
 from __future__ import annotations
