@@ -34,6 +34,7 @@ def test_every_case_has_a_golden():
     for name, golden in GOLDEN_RUNS.items():
         assert golden["versions"]["transformers"].startswith("4.47."), name
         assert golden["made_by"] == "tests/compat/examples/record_v4_goldens.py"
+        assert not [a for a in golden["argv"] if a.startswith("/")], f"{name}: an absolute path (use the placeholders)"
 
 _SEQ2SEQ_EVAL = ("Seq2SeqTrainer evaluation: eval_loss differs from 4.47's (5.6779 vs 5.6708 at step 6 after "
                  "identical training), as from 5.x's (test_examples_5x); not the learning rate or the random streams")
@@ -56,7 +57,7 @@ def trainwell_runs(world, tmp_path_factory):
     for i in range(0, len(names), 2):
         batch = names[i:i + 2]
         outs = {name: base / name for name in batch}
-        jobs = {name: commands("trainwell", [a.format(world=world, out=outs[name])
+        jobs = {name: commands("trainwell", [a.format(world=world, out=outs[name], scripts=cases.SCRIPTS)
                                              for a in GOLDEN_RUNS[name]["argv"]]) for name in batch}
         results.update(run_side_by_side(jobs, outs))
     return results
