@@ -29,7 +29,7 @@ from trainwell.trainer_utils import (
     SchedulerType,
     ShardedDDPOption,
 )
-from launch import ROOT
+from helpers.launch import ROOT
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
                "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")

@@ -14,7 +14,7 @@ from typing import List, Literal, Optional, Union  # noqa: UP035
 import pytest
 
 from trainwell.args.parser import ArgParser, HfArgumentParser, string_to_bool
-from launch import ROOT
+from helpers.launch import ROOT
 
 
 class Color(str, Enum):

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from launch import ROOT
+from helpers.launch import ROOT
 from trainwell import Trainer, TrainingArguments
 
 RUN_NAME = "tw-run"

@@ -21,7 +21,7 @@ from torch import nn
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint.async_save import HostCopier
 from trainwell.checkpoint.layout import CheckpointError, list_complete_checkpoints, read_marker, verify_checkpoint
-from launch import ROOT
+from helpers.launch import ROOT
 
 REPO = ROOT
 

@@ -20,7 +20,7 @@ from trainwell.checkpoint.lock import LOCK_NAME, OutputDirLock, OutputDirLockedE
 from trainwell.trainer_utils import get_last_checkpoint
 
 from conftest import RegressionModel, regression_data
-from launch import ROOT, run, torchrun
+from helpers.launch import ROOT, run, torchrun
 
 REPO = ROOT
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from launch import ROOT, child_env, run, torchrun
+from helpers.launch import ROOT, child_env, run, torchrun
 from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint import layout
 from trainwell.checkpoint.layout import CheckpointError

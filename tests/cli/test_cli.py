@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trainwell.cli.main import CLIError, add_subcommand, main, parse_training_args
-from launch import ROOT
+from helpers.launch import ROOT
 
 EXAMPLES = ROOT / "examples"
 

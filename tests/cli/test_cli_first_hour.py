@@ -19,7 +19,7 @@ import torch
 
 from trainwell import Trainer, TrainingArguments
 from trainwell.cli.main import main
-from launch import ROOT
+from helpers.launch import ROOT
 
 REPO = ROOT
 TINY = ["--max_steps", "6", "--eval_steps", "3", "--save_steps", "3", "--logging_steps", "1",

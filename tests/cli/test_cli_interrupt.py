@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch import ROOT
+from helpers.launch import ROOT
 
 REPO = ROOT
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
-from launch import ROOT
+from helpers.launch import ROOT
 
 REPO = ROOT
 TINY = ["--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1", "--per_device_train_batch_size", "4",

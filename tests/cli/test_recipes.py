@@ -11,7 +11,7 @@ import torch
 
 from trainwell.cli.recipes import RecipeError, call_factory, default_recipe, load_object, load_recipe
 from trainwell.cli.recipes import charlm
-from launch import ROOT
+from helpers.launch import ROOT
 
 EXAMPLES = ROOT / "examples"
 

@@ -13,7 +13,7 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
-from launch import ROOT
+from helpers.launch import ROOT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: never reach the network
 

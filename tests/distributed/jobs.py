@@ -1,7 +1,7 @@
 """The end the 2-rank jobs of this folder share: rank 0 writes the results, then every rank leaves together.
 
 Imported by the jobs (torchrun runs them as scripts, with this folder first on ``sys.path``), the test files that
-are their own job included; the tests read the file back with ``launch.run_json``.
+are their own job included; the tests read the file back with ``helpers.launch.run_json``.
 """
 
 from __future__ import annotations

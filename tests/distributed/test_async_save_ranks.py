@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, start, torchrun, wait
+from helpers.launch import child_env, start, torchrun, wait
 from trainwell.checkpoint.layout import COMPLETE_MARKER, list_complete_checkpoints, read_marker, verify_checkpoint
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]

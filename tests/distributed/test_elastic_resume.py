@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, run, torchrun
+from helpers.launch import child_env, run, torchrun
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, start, torchrun, wait
+from helpers.launch import child_env, start, torchrun, wait
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -9,7 +9,7 @@ A job that outlives its time limit is killed with every process it started (its 
 session of its own) and fails the test with the tail of its output; so does a job that exits with an error, unless
 the test asked for the exit status itself (``check=False``).
 
-Imported as ``launch`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there).
+Imported as ``helpers.launch`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 
 __all__ = ["LAUNCH_VARS", "ROOT", "child_env", "free_port", "run", "run_json", "start", "torchrun", "wait"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # What torchrun, the DeepSpeed launcher, srun and mpirun set: a child that inherits one would join the wrong group.
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE")
