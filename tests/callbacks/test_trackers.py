@@ -67,9 +67,9 @@ def train_in_child(tmp_path: Path, report_to: str, read_back: str, env: dict[str
         from pathlib import Path
         from types import SimpleNamespace
         sys.path[:0] = [HERE, TESTS]
-        import conftest
+        import helpers
         from test_trackers import train
-        tiny = SimpleNamespace(RegressionModel=conftest.RegressionModel, regression_data=conftest.regression_data)
+        tiny = SimpleNamespace(RegressionModel=helpers.RegressionModel, regression_data=helpers.regression_data)
         import os
         options = json.loads(os.environ.get("TW_TRAIN_OPTIONS", "{}"))
         trainer, losses = train(tiny, Path(TMP), REPORT_TO, evaluate=True, **options)

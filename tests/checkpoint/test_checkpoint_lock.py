@@ -19,7 +19,7 @@ from trainwell.checkpoint.layout import COMPLETE_MARKER
 from trainwell.checkpoint.lock import LOCK_NAME, OutputDirLock, OutputDirLockedError
 from trainwell.trainer_utils import get_last_checkpoint
 
-from conftest import RegressionModel, regression_data
+from helpers import RegressionModel, regression_data
 from helpers.launch import ROOT, run, torchrun
 
 REPO = ROOT
@@ -44,7 +44,7 @@ TRAIN_SCRIPT = textwrap.dedent('''
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
     from trainwell import Trainer, TrainerCallback, TrainingArguments
 
     out, started = sys.argv[1], Path(sys.argv[2])
@@ -205,7 +205,7 @@ RANKS_SCRIPT = textwrap.dedent('''
     import json, socket, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
     from trainwell import Trainer, TrainingArguments
     from trainwell.checkpoint.lock import OutputDirLockedError
 

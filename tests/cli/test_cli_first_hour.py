@@ -159,7 +159,7 @@ def test_signal_stops_with_status_and_resume_command(tmp_path, sig, status):
 
 
 def _tiny_trainer(out_dir: Path, max_steps: int = 4, **kwargs) -> Trainer:
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
 
     torch.manual_seed(0)
     args = TrainingArguments(output_dir=str(out_dir), max_steps=max_steps, per_device_train_batch_size=4,

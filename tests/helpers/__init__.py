@@ -1,4 +1,15 @@
-"""What the tests share: starting jobs in child processes (:mod:`helpers.launch`).
+"""What the tests share: tiny models (:mod:`helpers.models`), tiny datasets (:mod:`helpers.data`) and starting jobs in
+child processes (:mod:`helpers.launch`).
 
-Imported as ``helpers`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there).
+Imported as ``helpers`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there); a job script run
+in a child process puts ``tests/`` first on its ``sys.path``. ``helpers.launch`` is not imported here: it imports
+pytest, which a job does not need.
 """
+
+from __future__ import annotations
+
+from helpers.data import classification_data, regression_data, token_data
+from helpers.models import BlockStack, ClassifierModel, RegressionModel, TokenLM, TokenLMNoKwargs
+
+__all__ = ["BlockStack", "ClassifierModel", "RegressionModel", "TokenLM", "TokenLMNoKwargs", "classification_data",
+           "regression_data", "token_data"]
