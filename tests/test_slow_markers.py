@@ -12,7 +12,7 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 # helpers of tests/helpers/launch.py that start processes (free_port, child_env and ROOT do not)
-LAUNCH_STARTERS = {"run", "run_json", "start", "torchrun"}
+LAUNCH_STARTERS = {"dead_pid", "run", "run_json", "start", "torchrun"}
 LAUNCH_MODULES = {"helpers.launch"}  # `from helpers import launch; launch.run(...)` is seen by its attribute
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
 

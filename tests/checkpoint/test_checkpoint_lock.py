@@ -20,7 +20,7 @@ from trainwell.checkpoint.lock import LOCK_NAME, OutputDirLock, OutputDirLockedE
 from trainwell.trainer_utils import get_last_checkpoint
 
 from helpers import RegressionModel, regression_data
-from helpers.launch import ROOT, run, torchrun
+from helpers.launch import ROOT, dead_pid, run, torchrun
 
 REPO = ROOT
 
@@ -31,12 +31,6 @@ def make_trainer(out: Path, callbacks: list | None = None, **overrides) -> Train
     kwargs.update(overrides)
     return Trainer(model=RegressionModel(), args=TrainingArguments(**kwargs), train_dataset=regression_data(16),
                    callbacks=callbacks)
-
-
-def dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
 
 
 # ------------------------------------------------------------------------------------------------ two processes

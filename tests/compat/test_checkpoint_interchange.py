@@ -23,6 +23,7 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from helpers.tensors import weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -90,10 +91,6 @@ def train(lib: Any, out: Path, setup: dict, resume: Any = None, **overrides: Any
     trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**kwargs), train_dataset=Data(setup["samples"]))
     trainer.train(resume_from_checkpoint=resume)
     return trainer, model
-
-
-def weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:

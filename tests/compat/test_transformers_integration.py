@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 from helpers.launch import ROOT
+from helpers.tensors import weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: never reach the network
 
@@ -92,11 +93,6 @@ def quiet_args(tmp_path: Path, **overrides: Any) -> TrainingArguments:
                                    learning_rate=1e-4, seed=0, dataloader_pin_memory=False, logging_steps=1)
     options.update(overrides)
     return TrainingArguments(**options)
-
-
-def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of every tensor of the state dict."""
-    return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
 def logged(trainer: Trainer, key: str) -> dict[int, float]:

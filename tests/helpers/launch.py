@@ -25,7 +25,7 @@ from typing import Any, Iterable, Sequence
 
 import pytest
 
-__all__ = ["LAUNCH_VARS", "ROOT", "child_env", "free_port", "run", "run_json", "start", "torchrun", "wait"]
+__all__ = ["LAUNCH_VARS", "ROOT", "child_env", "dead_pid", "free_port", "run", "run_json", "start", "torchrun", "wait"]
 
 ROOT = Path(__file__).resolve().parents[2]
 # What torchrun, the DeepSpeed launcher, srun and mpirun set: a child that inherits one would join the wrong group.
@@ -39,6 +39,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (what a killed trainer leaves in its lock and temporary folder names)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def child_env(*, drop: Iterable[str] = (), **extra: str) -> dict[str, str]:
