@@ -90,3 +90,21 @@ class BlockStack(nn.Module):
             h = block(h)
         pred = self.out(h).squeeze(-1)
         return {"loss": F.mse_loss(pred, labels), "logits": pred}
+
+
+class SeededRegressor(nn.Module):
+    """``y = w.x + b`` (``Linear(dim, 1)``) initialised under ``torch.manual_seed(0)``, so that two runs (trainwell
+    and upstream) start from the same weights; returns ``{"logits"}`` and, with labels, ``"loss"`` (the MSE)."""
+
+    def __init__(self, dim: int = 3) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(dim, 1)
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The prediction and, with labels, its mean squared error."""
+        pred = self.linear(x).squeeze(-1)
+        out = {"logits": pred}
+        if labels is not None:
+            out["loss"] = F.mse_loss(pred, labels)
+        return out
