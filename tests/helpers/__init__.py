@@ -1,5 +1,7 @@
-"""What the tests share: tiny models (:mod:`helpers.models`), tiny datasets (:mod:`helpers.data`) and starting jobs in
-child processes (:mod:`helpers.launch`).
+"""What the tests share: tiny models (:mod:`helpers.models`), tiny datasets (:mod:`helpers.data`), snapshots of
+weights (:mod:`helpers.tensors`) and starting jobs in child processes (:mod:`helpers.launch`). The 2-rank job scripts
+of ``tests/distributed`` share theirs in ``tests/distributed/jobs.py`` (torchrun runs them with only their folder on
+``sys.path``).
 
 Imported as ``helpers`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there); a job script run
 in a child process puts ``tests/`` first on its ``sys.path``. ``helpers.launch`` is not imported here: it imports
