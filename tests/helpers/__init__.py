@@ -10,8 +10,8 @@ pytest, which a job does not need.
 
 from __future__ import annotations
 
-from helpers.data import classification_data, regression_data, token_data
+from helpers.data import NormalRows, classification_data, regression_data, token_data
 from helpers.models import BlockStack, ClassifierModel, RegressionModel, TokenLM, TokenLMNoKwargs
 
-__all__ = ["BlockStack", "ClassifierModel", "RegressionModel", "TokenLM", "TokenLMNoKwargs", "classification_data",
-           "regression_data", "token_data"]
+__all__ = ["BlockStack", "ClassifierModel", "NormalRows", "RegressionModel", "TokenLM", "TokenLMNoKwargs",
+           "classification_data", "regression_data", "token_data"]

@@ -31,3 +31,18 @@ def token_data(n: int = 64, seq: int = 6, vocab: int = 11, seed: int = 0,
         for i in range(n):
             labels[i, : i % seq] = -100
     return [{"input_ids": ids[i], "labels": labels[i]} for i in range(n)]
+
+
+class NormalRows(torch.utils.data.Dataset):
+    """``n`` rows ``{"x": (3,), "labels": ()}``, all standard normal draws of a generator seeded with 0 (features
+    first, then labels: no relation to learn, only numbers two runs must agree on)."""
+
+    def __init__(self, n: int = 12) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x, self.y = torch.randn(n, 3, generator=g), torch.randn(n, generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": self.x[i], "labels": self.y[i]}
