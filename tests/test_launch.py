@@ -1,4 +1,5 @@
-"""``tests/helpers/launch.py``, the helper every test that starts a job uses: its environment, its failures, its time limit."""
+"""``tests/helpers/launch.py``, the helper every test that starts a job uses: its environment, its failures, its
+time limit."""
 
 from __future__ import annotations
 

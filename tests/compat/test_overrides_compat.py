@@ -93,7 +93,8 @@ def test_old_compute_loss_same_metrics_as_upstream(tmp_path):
     transformers = pytest.importorskip("transformers")
     ours = _old_compute_loss_trainer(trainwell)(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path / "a"),
                                                 train_dataset=Rows(), eval_dataset=Rows(7))
-    theirs = _new_compute_loss_trainer(transformers)(model=SeededRegressor(DIM), args=_args(transformers, tmp_path / "b"),
+    theirs = _new_compute_loss_trainer(transformers)(model=SeededRegressor(DIM),
+                                                     args=_args(transformers, tmp_path / "b"),
                                                      train_dataset=Rows(), eval_dataset=Rows(7))
     assert _metrics(ours.evaluate()) == pytest.approx(_metrics(theirs.evaluate()), rel=1e-6)
     ours.train()
