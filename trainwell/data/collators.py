@@ -152,22 +152,23 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     rows = _to_mappings(features)
     first = rows[0]
     batch: dict[str, Any] = {}
-    for label_key in ("label", "label_ids"):
-        value = first.get(label_key)
-        if value is not None:
-            _reject_string_labels(label_key, value)
-            batch["labels"] = _labels_tensor(_column(rows, label_key))
-            break
+    if "label" in first or "label_ids" in first:
+        for label_key in ("label", "label_ids"):
+            value = first.get(label_key)
+            if value is not None:
+                _reject_string_labels(label_key, value)
+                batch["labels"] = _labels_tensor(_column(rows, label_key))
+                break
     for key, value in first.items():
-        if value is None:
-            continue
-        if isinstance(value, str):
-            _reject_string_labels(key, value)  # a label column of strings is an error; other strings are left out
-            continue
-        if key == "label" or key == "label_ids":
-            continue
+        if type(value) is not torch.Tensor or key == "label" or key == "label_ids":  # tensors: straight to the stack
+            if value is None or key == "label" or key == "label_ids":
+                continue
+            if isinstance(value, str):
+                _reject_string_labels(key, value)  # a label column of strings is an error; other strings are left out
+                continue
         try:
-            batch[key] = _stack(_column(rows, key))
+            batch[key] = (torch.stack(list(map(itemgetter(key), rows))) if type(value) is torch.Tensor
+                          else _stack(_column(rows, key)))
         except (RuntimeError, ValueError, TypeError) as err:
             raise ValueError(
                 f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have "
