@@ -53,6 +53,46 @@ logger = logging.getLogger("trainwell.trainer")
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 
+def _no_flops(inputs: Any) -> int:
+    return 0
+
+
+def _flops_rule(model: nn.Module) -> Callable[[Any], int]:
+    """How :meth:`Trainer.floating_point_ops` counts for ``model``, decided once per model: the model's own
+    ``floating_point_ops``, else 6 x its non-embedding parameters x the elements of its main input (transformers
+    models), else 6 x its parameters x the items of the batch's first tensor."""
+    own = getattr(model, "floating_point_ops", None)
+    if own is not None:
+        return own
+    counter = getattr(model, "num_parameters", None)
+    if callable(counter):  # transformers 5 models have no floating_point_ops; upstream counts these parameters
+        return partial(_flops_by_main_input, getattr(model, "main_input_name", "input_ids"),
+                       counter(exclude_embeddings=True))
+    return partial(_flops_by_first_tensor, count_parameters(unwrap_model(model)))
+
+
+def _flops_by_main_input(main_input: str, num_params: int, inputs: Any) -> int:
+    if isinstance(inputs, Mapping) and main_input in inputs:
+        return 6 * inputs[main_input].numel() * num_params
+    return _flops_by_first_tensor(num_params, inputs)
+
+
+def _flops_by_first_tensor(num_params: int, inputs: Any) -> int:
+    """6 x parameters x the tokens of ``input_ids`` (else of the first tensor; one item per row for features)."""
+    if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+        main = inputs.get("input_ids")
+        if main is None:
+            for main in inputs.values():  # the first tensor
+                if isinstance(main, torch.Tensor):
+                    break
+            else:
+                return 0
+        if main.is_floating_point():  # features, not tokens: one item per row
+            return 6 * num_params * (main.shape[0] if main.dim() else 1)
+        return 6 * num_params * main.numel()
+    return 0
+
+
 class MissingMetricError(KeyError):
     """``metric_for_best_model`` is not among the evaluation metrics (a ``KeyError``, as upstream raises)."""
 
@@ -182,10 +222,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
         self._input_dtype: torch.dtype | None = None
-        self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
-        self._main_input: str | None = None
-        self._model_flops: Callable[[Any], int] | None = None
+        self._flops_rule: Callable[[Any], int] = _no_flops
         self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer_hub)
@@ -524,30 +562,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module
-        if self._flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
-            self._flops_owner, self._model_flops = model, getattr(model, "floating_point_ops", None)
-            # transformers 5 models have no floating_point_ops; upstream counts their non-embedding parameters
-            counter = getattr(model, "num_parameters", None)
-            self._main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
-            self._num_params = counter(exclude_embeddings=True) if callable(counter) else None
-        if self._model_flops is not None:
-            return self._model_flops(inputs)
-        if self._main_input is not None and isinstance(inputs, Mapping) and self._main_input in inputs:
-            return 6 * inputs[self._main_input].numel() * self._num_params
-        if self._num_params is None:
-            self._num_params = count_parameters(unwrap_model(model))
-        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-            main = inputs.get("input_ids")
-            if main is None:
-                for main in inputs.values():  # the first tensor
-                    if isinstance(main, torch.Tensor):
-                        break
-                else:
-                    return 0
-            if main.is_floating_point():  # features, not tokens: one item per row
-                return 6 * self._num_params * (main.shape[0] if main.dim() else 1)
-            return 6 * self._num_params * main.numel()
-        return 0
+        if self._flops_owner is not model:  # the rule is picked once per model (nn.Module attribute misses are slow)
+            self._flops_owner, self._flops_rule = model, _flops_rule(model)
+        return self._flops_rule(inputs)
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
