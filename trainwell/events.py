@@ -259,7 +259,17 @@ class CallbackHandler:
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
         """End of an optimizer step (``state.global_step`` already incremented)."""
-        return self.call_event("on_step_end", args, state, control, **kwargs)
+        if kwargs:
+            return self.call_event("on_step_end", args, state, control, **kwargs)
+        # Every step, with the common keywords only: call_event's loop written out (no keyword merge, no forwarding).
+        common = self._common
+        if common is None:
+            return self.call_event("on_step_end", args, state, control)
+        for method in self._methods["on_step_end"]:
+            result = method(args, state, control, **common)
+            if isinstance(result, TrainerControl):
+                control = result
+        return control
 
     def on_evaluate(
         self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, float], **kwargs: Any

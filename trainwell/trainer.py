@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from functools import partial
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +52,8 @@ from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, s
 logger = logging.getLogger("trainwell.trainer")
 
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
+_ONLY_TENSORS = {torch.Tensor}
+_IS_CPU = attrgetter("is_cpu")
 
 
 def _no_flops(inputs: Any) -> int:
@@ -67,18 +70,19 @@ def _flops_rule(model: nn.Module) -> Callable[[Any], int]:
     counter = getattr(model, "num_parameters", None)
     if callable(counter):  # transformers 5 models have no floating_point_ops; upstream counts these parameters
         return partial(_flops_by_main_input, getattr(model, "main_input_name", "input_ids"),
-                       counter(exclude_embeddings=True))
-    return partial(_flops_by_first_tensor, count_parameters(unwrap_model(model)))
+                       6 * counter(exclude_embeddings=True))
+    return partial(_flops_by_first_tensor, 6 * count_parameters(unwrap_model(model)))
 
 
-def _flops_by_main_input(main_input: str, num_params: int, inputs: Any) -> int:
+def _flops_by_main_input(main_input: str, six_params: int, inputs: Any) -> int:
     if isinstance(inputs, Mapping) and main_input in inputs:
-        return 6 * inputs[main_input].numel() * num_params
-    return _flops_by_first_tensor(num_params, inputs)
+        return six_params * inputs[main_input].numel()
+    return _flops_by_first_tensor(six_params, inputs)
 
 
-def _flops_by_first_tensor(num_params: int, inputs: Any) -> int:
-    """6 x parameters x the tokens of ``input_ids`` (else of the first tensor; one item per row for features)."""
+def _flops_by_first_tensor(six_params: int, inputs: Any) -> int:
+    """6 x parameters (``six_params``) x the tokens of ``input_ids``, else of the batch's first tensor (one item per
+    row for features)."""
     if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
         main = inputs.get("input_ids")
         if main is None:
@@ -88,8 +92,8 @@ def _flops_by_first_tensor(num_params: int, inputs: Any) -> int:
             else:
                 return 0
         if main.is_floating_point():  # features, not tokens: one item per row
-            return 6 * num_params * (main.shape[0] if main.dim() else 1)
-        return 6 * num_params * main.numel()
+            return six_params * (main.shape[0] if main.dim() else 1)
+        return six_params * main.numel()
     return 0
 
 
@@ -439,11 +443,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        for v in inputs.values():
-            if type(v) is not torch.Tensor or not v.is_cpu:
-                return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v)
-                        for k, v in inputs.items()}
-        return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        values = inputs.values()
+        if set(map(type, values)) == _ONLY_TENSORS and all(map(_IS_CPU, values)):  # checked in C, whatever the keys
+            return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
 
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
@@ -485,8 +488,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         elif labels is not None:
             loss = self.label_smoother(outputs, labels)
-        else:
-            loss = extract_loss(outputs, inputs, self.label_names)
+        else:  # a dict holding the loss tensor (the common case) is read here; anything else by extract_loss
+            loss = outputs.get("loss") if type(outputs) is dict else None
+            if type(loss) is not torch.Tensor:
+                loss = extract_loss(outputs, inputs, self.label_names)
         if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
                 (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
             # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
@@ -499,7 +504,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
         # per-micro-batch mean, so it is divided like any other.
-        takes_items = self._compute_loss_takes_num_items()
+        cached, method = self._loss_takes_items, self.compute_loss  # _compute_loss_takes_num_items' cache, inlined
+        if cached is not None and cached[0] is getattr(method, "__func__", method):
+            takes_items = cached[1]
+        else:
+            takes_items = self._compute_loss_takes_num_items()
         with self.compute_loss_context_manager():
             if takes_items:
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
@@ -558,6 +567,17 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
         main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
         return int(main.numel()) if isinstance(main, torch.Tensor) else 0
+
+    def _flops_counter(self) -> Callable[[Any], int]:
+        """What the training loop calls per micro-batch for its FLOPs, read once per run: the rule for this model,
+        unless ``floating_point_ops`` is overridden (then the override)."""
+        method = self.floating_point_ops
+        if getattr(method, "__func__", None) is not Trainer.floating_point_ops:
+            return method
+        model = self.model
+        if self._flops_owner is not model:
+            self._flops_owner, self._flops_rule = model, _flops_rule(model)
+        return self._flops_rule
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""

@@ -448,6 +448,9 @@ class TrainerCheckpointing:
         saver = self._async_saver
         if saver is not None and saver.group is None:  # a failed background save surfaces at the next step
             saver.raise_if_failed()
+        guard = self._preemption
+        if guard is not None and not guard.requested and not self._preemption_collective:
+            return False  # one process and no signal (every step): _preemption_requested's answer, read inline
         if self.control.should_training_stop or not self._preemption_requested():
             return False
         step = self.state.global_step

@@ -17,7 +17,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -70,12 +70,14 @@ def plan_training(args: Any, dataloader: Any, world_size: int, batch_size: int |
     return TrainPlan(None, None, args.max_steps, sys.maxsize, args.max_steps * total_batch, total_batch)
 
 
-def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
-    """Yield the micro-batches of each optimizer step (the last group of an epoch may be shorter)."""
-    if ga == 1:  # one micro-batch per step (the default): no group to fill
-        for batch in iterator:
-            yield [batch]
-        return
+def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[Sequence[Any]]:
+    """The micro-batches of each optimizer step (the last group of an epoch may be shorter)."""
+    if ga == 1:  # one micro-batch per step (the default): 1-tuples made in C, no generator to resume
+        return zip(iterator)
+    return _filled_groups(iterator, ga)
+
+
+def _filled_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
     while True:
         group = []
         for batch in iterator:
@@ -122,7 +124,7 @@ def _micro_batch_runner(trainer: Any, loop: LoopState, model: Any, count_tokens:
     not at every micro-batch.
     """
     state = trainer.state
-    training_step, floating_point_ops = trainer.training_step, trainer.floating_point_ops
+    training_step, floating_point_ops = trainer.training_step, trainer._flops_counter()
     takes_items = loop.step_takes_num_items
     tr_loss, window_losses = loop.tr_loss, loop.window_losses
     tokens_seen = bool(trainer.args.include_num_input_tokens_seen)
@@ -148,7 +150,7 @@ def _micro_batch_runner(trainer: Any, loop: LoopState, model: Any, count_tokens:
     return run
 
 
-def _forward_backward(trainer: Any, micro_batch: Callable[..., None], group: list[Any], scaler: WindowScaler,
+def _forward_backward(trainer: Any, micro_batch: Callable[..., None], group: Sequence[Any], scaler: WindowScaler,
                       plain_single: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step (``micro_batch`` from
     :func:`_micro_batch_runner`).
@@ -277,7 +279,10 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
                 scaler = trainer._window_scaler(group[0])
                 plain_single = _single_batch_is_plain(scaler, trainer.backend)
             trainer.control = cb.on_step_begin(args, state, trainer.control)  # per step: callbacks may change
-            _forward_backward(trainer, micro_batch, group, scaler, plain_single)
+            if plain_single and len(group) == 1:  # _forward_backward's first case, without the call
+                micro_batch(group[0], None, 1)
+            else:
+                _forward_backward(trainer, micro_batch, group, scaler, plain_single)
             position.batches_in_epoch += len(group)
             grad_norm = update()
             state.global_step += 1
