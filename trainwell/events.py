@@ -36,7 +36,7 @@ from typing import Any
 
 from .state import TrainerControl, TrainerState
 
-__all__ = ["EVENTS", "CallbackHandler"]
+__all__ = ["EVENTS", "QUIET_EVENT", "CallbackHandler"]
 
 logger = logging.getLogger(__name__)
 
@@ -321,8 +321,11 @@ def _begin_step_quietly(args: Any, state: TrainerState, control: TrainerControl,
 
 
 def _pass_control(args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
-    """A per-step event no callback listens to."""
+    """A per-step event no callback listens to (the training loop skips the call when it finds this function)."""
     return control
+
+
+QUIET_EVENT = _pass_control  # what ``handler.on_<event>`` is while no callback listens to that per-step event
 
 
 # The events fired at every optimizer step (or micro-batch), and what each is while nobody listens to it.

@@ -516,13 +516,14 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
                 loss = self.compute_loss(model, inputs)
         if self._n_gpu > 1:
             loss = loss.mean()
-        scaled = self.loss_is_scaled_for_ga
-        if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
-            scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
         divisor = self.current_gradient_accumulation_steps
-        if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
-            # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
-            loss = loss / divisor
+        if type(divisor) is not int or divisor != 1:  # (the int 1 of a one-batch window divides nothing)
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
+                scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
+            if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
+                # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
+                loss = loss / divisor
         self.backend.backward(loss)
         return loss.detach()
 

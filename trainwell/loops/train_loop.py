@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ..data.loader import has_length
+from ..events import QUIET_EVENT
 from ..overrides import accepts
 from ..trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
@@ -201,11 +202,15 @@ def _optimizer_updater(trainer: Any, clip_norm: float | None, scheduler_per_step
 
     def update() -> torch.Tensor | None:
         grad_norm = clip(clip_norm) if clip_norm is not None else None
-        trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)  # read per step: callbacks may change
+        event = cb.on_pre_optimizer_step  # read per step (a callback may add callbacks); skipped while nobody listens
+        if event is not QUIET_EVENT:
+            trainer.control = event(args, state, trainer.control)
         stepped = optimizer_step()
         if engine_clips:
             grad_norm = backend.last_grad_norm()
-        trainer.control = cb.on_optimizer_step(args, state, trainer.control)
+        event = cb.on_optimizer_step
+        if event is not QUIET_EVENT:
+            trainer.control = event(args, state, trainer.control)
         if stepped and get_last_lr is not None:
             trainer._step_learning_rate = get_last_lr()[0]  # what the step used: logged (upstream)
             schedule_step()
