@@ -12,14 +12,13 @@ from contextlib import AbstractContextManager
 from functools import partial
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
 from . import reporting
-from .accelerate_env import apply_accelerate_env
 from .args import TrainingArguments
 from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
@@ -27,27 +26,22 @@ from .callbacks.integrations import get_reporting_integration_callbacks
 from .trainer_checkpoints import TrainerCheckpointing
 from .trainer_compat import TrainerCompat
 from .trainer_hub import TrainerHub
-from .data.collators import DataCollatorWithPadding, default_data_collator
-from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from .data.loader import build_dataloader, has_length
-from .distributed import all_gather_object
 from .events import CallbackHandler
 from .loops import train_hooks
 from .loops.eval_loop import EvaluationMixin
-from .loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
-from .loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from .logging_utils import setup_process_logging
 from .losses import LabelSmoother, explain_rejected_labels, extract_loss
-from .memory import TrainerMemoryTracker
 from .model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
                           find_labels, forward_parameters, unwrap_model)
-from .optim import create_optimizer as build_optimizer
-from .optim import get_decay_parameter_names
 from .overrides import accepts, call_override
 from .preflight import check_dataset, check_output_dir
-from .schedules import get_scheduler
 from .state import TrainerControl, TrainerState
 from .trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
+
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (see tests/test_overhead_guard.py)
+    from .loops.loss_scaling import WindowScaler
+    from .loops.train_loop import DataPosition, LoopState, TrainPlan
 
 logger = logging.getLogger("trainwell.trainer")
 
@@ -170,6 +164,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         preprocess_logits_for_metrics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         tokenizer: Any = None,
     ) -> None:
+        from .accelerate_env import apply_accelerate_env  # loaded by the first Trainer, not by the import
+        from .data.collators import DataCollatorWithPadding, default_data_collator
+        from .memory import TrainerMemoryTracker
+
         if args is None:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
@@ -294,12 +292,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     # ---------------------------------------------------------------------------------------------------- data
     def _set_signature_columns_if_needed(self) -> list[str]:
+        from .data.columns import signature_columns
+
         if self._signature_columns is None:
             self._signature_columns = signature_columns(self.model, self.label_names)
         return self._signature_columns
 
     def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
         """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
+        from .data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
+
         if dataset is None:
             raise ValueError(f"Trainer: this call requires a {description} dataset "
                              f"(pass `{description}_dataset=` to the Trainer or to the method)")
@@ -370,6 +372,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     # ------------------------------------------------------------------------------------- optimizer, scheduler
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
+        from .optim import get_decay_parameter_names
+
         return get_decay_parameter_names(model)
 
     def create_optimizer(self) -> torch.optim.Optimizer:
@@ -382,12 +386,16 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
                 cls, kwargs = self.optimizer_cls_and_kwargs
                 self.optimizer = cls(build_param_groups(model, self.args.weight_decay), **kwargs)
             else:
+                from .optim import create_optimizer as build_optimizer
+
                 self.optimizer = build_optimizer(model, self.args)
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
         if self.lr_scheduler is None:
+            from .schedules import get_scheduler
+
             kwargs = dict(self.args.lr_scheduler_kwargs or {})
             self.lr_scheduler = get_scheduler(
                 self.args.lr_scheduler_type, optimizer=optimizer or self.optimizer,
@@ -544,6 +552,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _window_scaler(self, first_batch: Any) -> WindowScaler:
         """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
         ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+        from .distributed import all_gather_object
+        from .loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
+
         args = self.args
         across = bool(args.average_tokens_across_devices) and args.world_size > 1
         if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
@@ -641,6 +652,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
                     return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
                                                     ignore_keys_for_eval=ignore_keys_for_eval)
+                from .loops.train_loop import run_training
+
                 return run_training(self, resume_from=resume_from, trial=trial,
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
