@@ -20,7 +20,6 @@ from torch.utils.data import Dataset
 
 from . import reporting
 from .args import TrainingArguments
-from .backends import build_backend
 from .callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from .callbacks.integrations import get_reporting_integration_callbacks
 from .trainer_checkpoints import TrainerCheckpointing
@@ -165,6 +164,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         tokenizer: Any = None,
     ) -> None:
         from .accelerate_env import apply_accelerate_env  # loaded by the first Trainer, not by the import
+        from .backends import build_backend
         from .data.collators import DataCollatorWithPadding, default_data_collator
         from .memory import TrainerMemoryTracker
 
