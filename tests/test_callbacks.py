@@ -1,4 +1,4 @@
-"""Tests for trainwell.events (CallbackHandler) and trainwell.callbacks (flow, progress, printer,
+"""Tests for trainwell.callbacks.events (CallbackHandler) and trainwell.callbacks (flow, progress, printer,
 early stopping, integrations)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from trainwell.callbacks import (
     get_reporting_integration_callbacks,
 )
 from trainwell.callbacks.integrations import rewrite_logs
-from trainwell.events import EVENTS, CallbackHandler
-from trainwell.state import TrainerControl, TrainerState
+from trainwell.callbacks.events import EVENTS, CallbackHandler
+from trainwell.callbacks.state import TrainerControl, TrainerState
 from trainwell.trainer_utils import IntervalStrategy, SaveStrategy
 
 COMMON_KWARGS = {
@@ -168,7 +168,7 @@ def test_add_pop_remove_and_callback_list(caplog):
     assert isinstance(handler.callbacks[0], DefaultFlowCallback)
     printer = PrinterCallback()
     handler.add_callback(printer)
-    with caplog.at_level(logging.WARNING, logger="trainwell.events"):
+    with caplog.at_level(logging.WARNING, logger="trainwell.callbacks.events"):
         handler.add_callback(PrinterCallback)
     assert "already one" in caplog.text
     assert handler.callback_list == "DefaultFlowCallback\nPrinterCallback\nPrinterCallback"
@@ -181,7 +181,7 @@ def test_add_pop_remove_and_callback_list(caplog):
 
 
 def test_missing_flow_callback_warns(caplog):
-    with caplog.at_level(logging.WARNING, logger="trainwell.events"):
+    with caplog.at_level(logging.WARNING, logger="trainwell.callbacks.events"):
         make_handler(PrinterCallback())
     assert "DefaultFlowCallback" in caplog.text
 
@@ -247,7 +247,7 @@ def test_flow_best_strategy_does_not_save_at_end_and_zero_intervals_are_safe():
 
 
 def test_flow_with_real_training_arguments(tmp_path):
-    args_module = pytest.importorskip("trainwell.args")
+    args_module = pytest.importorskip("trainwell.args.fields")
     args = args_module.TrainingArguments(
         output_dir=str(tmp_path), eval_strategy="steps", eval_steps=2, logging_steps=3, save_steps=4,
         report_to="none",

@@ -10,7 +10,7 @@ import torch
 
 from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint.layout import COMPLETE_MARKER, CheckpointError, read_marker
-from trainwell.state import TrainerState, trainer_state_problems
+from trainwell.callbacks.state import TrainerState, trainer_state_problems
 
 from conftest import RegressionModel, regression_data
 

@@ -145,7 +145,7 @@ def test_half_written_checkpoints_are_ignored_and_cleaned_up(tmp_path: Path, cap
     shutil.copytree(tmp_path / "checkpoint-4", tmp_left)
     (tmp_left / ".complete").unlink()
     trainer = regression_trainer(tmp_path, max_steps=5)
-    with caplog.at_level(logging.INFO, logger="trainwell.trainer"), \
+    with caplog.at_level(logging.INFO, logger="trainwell.trainer.trainer"), \
             pytest.warns(UserWarning, match=r"checkpoint-6 is damaged .*model weights.*falling back to .*checkpoint-4"):
         trainer.train(resume_from_checkpoint=True)
     assert f"Resuming training from {tmp_path / 'checkpoint-4'}" in caplog.text
@@ -266,7 +266,7 @@ def test_sigint_stops_after_the_step_with_a_checkpoint(tmp_path: Path, caplog: p
     before = signal.getsignal(signal.SIGINT)
     trainer = regression_trainer(tmp_path, save_steps=2)
     trainer.add_callback(SendSignal(3, signal.SIGINT))
-    with caplog.at_level(logging.WARNING, logger="trainwell.trainer"):
+    with caplog.at_level(logging.WARNING, logger="trainwell.trainer.trainer"):
         output = trainer.train()
     assert trainer.preempted and output.global_step == 3
     assert names(tmp_path) == ["checkpoint-2", "checkpoint-3"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainwell.cli import CLIError, add_subcommand, main, parse_training_args
+from trainwell.cli.main import CLIError, add_subcommand, main, parse_training_args
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -174,7 +174,7 @@ def test_example_recipe_runs(tmp_path, capsys, monkeypatch):
 def test_resume_value_last_means_newest_checkpoint(tmp_path):
     from types import SimpleNamespace
 
-    from trainwell.cli import CLIError, _resume_value
+    from trainwell.cli.main import CLIError, _resume_value
 
     (tmp_path / "checkpoint-5").mkdir()
     out = str(tmp_path)

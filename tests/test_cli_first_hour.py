@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
-from trainwell.cli import main
+from trainwell.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--max_steps", "6", "--eval_steps", "3", "--save_steps", "3", "--logging_steps", "1",
@@ -269,7 +269,7 @@ def test_env_lists_versions_for_a_bug_report(capsys):
 
 
 def test_plot_writes_a_png_with_a_panel_per_quantity(finished_run, tmp_path, capsys):
-    from trainwell.commands.plot import _panels, collect_series
+    from trainwell.cli.commands.plot import _panels, collect_series
 
     out = tmp_path / "curves.png"
     assert main(["plot", str(finished_run["dir"]), "--out", str(out)]) == 0
@@ -288,7 +288,7 @@ def test_plot_writes_a_png_with_a_panel_per_quantity(finished_run, tmp_path, cap
 def test_plot_of_a_running_run_reads_the_newest_checkpoint(finished_run, tmp_path):
     import shutil
 
-    from trainwell.commands.plot import find_state_file
+    from trainwell.cli.commands.plot import find_state_file
 
     folder = tmp_path / "running"
     folder.mkdir()

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from torch import nn
 
-from trainwell.args import TrainingArguments
-from trainwell.deepspeed_config import (DeepSpeedConfig, infer_hidden_size, is_deepspeed_zero3_enabled,
+from trainwell.args.fields import TrainingArguments
+from trainwell.backends.deepspeed.config import (DeepSpeedConfig, infer_hidden_size, is_deepspeed_zero3_enabled,
                                         load_deepspeed_config, remaining_auto_keys, resolve_deepspeed_config,
                                         unset_deepspeed_config)
 
@@ -168,7 +168,7 @@ def test_live_config_is_weak_and_answers_zero3():
 
 
 def test_memory_table_matches_the_guide_and_deepspeed(capsys):
-    from trainwell.zero import cmd_estimate_memory, estimate_zero_memory
+    from trainwell.backends.deepspeed import cmd_estimate_memory, estimate_zero_memory
 
     ours = estimate_zero_memory(2_783_000_000, 1, 1, largest_layer_params=65_000_000, use_deepspeed=False)
     gib = 2 ** 30
@@ -191,7 +191,7 @@ def test_memory_table_matches_the_guide_and_deepspeed(capsys):
 
 
 def test_zero_to_fp32_rejects_a_folder_without_a_zero_checkpoint(tmp_path):
-    from trainwell.zero import zero_to_fp32
+    from trainwell.backends.deepspeed import zero_to_fp32
 
     with pytest.raises(FileNotFoundError, match="latest"):
         zero_to_fp32(tmp_path, tmp_path / "out.safetensors")

@@ -19,7 +19,7 @@ from trainwell import Trainer, TrainingArguments
 from trainwell.callbacks import TrainerCallback
 from trainwell.loops.eval_loop import (EvaluationMixin, OutputAccumulator, gather_across_ranks,
                                        pad_and_concatenate)
-from trainwell.memory import TrainerMemoryTracker
+from trainwell.runtime.memory import TrainerMemoryTracker
 
 torch.set_num_threads(1)
 
@@ -117,7 +117,7 @@ class RecordingHandler:
 
 def _state():
     try:
-        from trainwell.state import TrainerControl, TrainerState
+        from trainwell.callbacks.state import TrainerControl, TrainerState
 
         return TrainerState(), TrainerControl()
     except ImportError:

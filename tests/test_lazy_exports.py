@@ -1,4 +1,4 @@
-"""``trainwell.lazy_exports``: the packages' public names, imported on first use and cached."""
+"""``trainwell.utils.lazy_exports``: the packages' public names, imported on first use and cached."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of TrainerMemoryTracker (trainwell.memory)."""
+"""Tests of TrainerMemoryTracker (trainwell.runtime.memory)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from trainwell.memory import TrainerMemoryTracker
+from trainwell.runtime.memory import TrainerMemoryTracker
 
 MB = 2**20
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from trainwell import Seq2SeqTrainingArguments, TrainingArguments
-from trainwell.args import _RENAMED
-from trainwell.field_usage import INERT_FIELDS, REFUSED_FIELDS, USER_SCRIPT_FIELDS
+from trainwell.args.fields import _RENAMED
+from trainwell.args.field_usage import INERT_FIELDS, REFUSED_FIELDS, USER_SCRIPT_FIELDS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trainwell"
 FIELDS = sorted({f.name for cls in (TrainingArguments, Seq2SeqTrainingArguments) for f in dataclasses.fields(cls)})
@@ -77,7 +77,7 @@ FSDP_BY_DESIGN = {"limit_all_gathers"}
 
 def _fsdp_config_keys() -> set[str]:
     """Every key an ``accelerate launch`` FSDP config (all FSDP_* variables set) puts into ``fsdp_config``."""
-    from trainwell.accelerate_env import _fsdp_settings
+    from trainwell.runtime.accelerate_env import _fsdp_settings
 
     env = {"FSDP_VERSION": "2", "FSDP_AUTO_WRAP_POLICY": "TRANSFORMER_BASED_WRAP", "FSDP_TRANSFORMER_CLS_TO_WRAP": "B",
            "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
@@ -102,7 +102,7 @@ DEEPSPEED_CALLER_KEYS = ["zero_optimization.stage", "zero_optimization.stage3_ga
 
 
 def test_deepspeed_keys_left_to_the_trainer_are_read() -> None:
-    from trainwell.accelerate_env import _deepspeed_settings
+    from trainwell.runtime.accelerate_env import _deepspeed_settings
 
     zero = _deepspeed_settings({"ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"})["zero_optimization"]
     assert "stage3_gather_16bit_weights_on_model_save" in zero  # the launch forwards it ...

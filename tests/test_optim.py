@@ -1,4 +1,4 @@
-"""Tests for trainwell.optim: decay parameter names, parameter groups, the optimizer factory and Adafactor."""
+"""Tests for trainwell.optim.factory: decay parameter names, parameter groups, the optimizer factory and Adafactor."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainwell.optim import (
+from trainwell.optim.factory import (
     SUPPORTED_OPTIMIZERS,
     Adafactor,
     build_param_groups,

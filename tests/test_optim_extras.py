@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from trainwell import Trainer, TrainingArguments
-from trainwell.optim import get_optimizer_cls_and_kwargs
+from trainwell.optim.factory import get_optimizer_cls_and_kwargs
 
 
 class Tiny(nn.Module):
@@ -111,7 +111,7 @@ def test_optim_target_modules_without_a_low_rank_optimizer_is_refused(tmp_path) 
 @pytest.mark.parametrize("warmup", [0, 1, 3])
 def test_cosine_warmup_with_min_lr_matches_upstream(kwargs: dict, warmup: int) -> None:
     transformers = pytest.importorskip("transformers")
-    from trainwell.schedules import get_scheduler
+    from trainwell.optim.schedules import get_scheduler
 
     def lrs(get) -> list[float]:
         optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
@@ -128,7 +128,7 @@ def test_cosine_warmup_with_min_lr_matches_upstream(kwargs: dict, warmup: int) -
 
 
 def test_cosine_warmup_with_min_lr_needs_a_floor(tmp_path) -> None:
-    from trainwell.schedules import get_scheduler
+    from trainwell.optim.schedules import get_scheduler
 
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1e-2)
     with pytest.raises(ValueError, match="cosine_warmup_with_min_lr needs one of `min_lr` or `min_lr_rate`"):

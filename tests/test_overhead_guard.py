@@ -88,7 +88,7 @@ def test_trainer_import_loads_a_bounded_set_of_modules():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
                          env=env).stdout
     ours = [name for name in out.split() if name.split(".")[0] == "trainwell"]
-    assert "trainwell.trainer" in ours and "trainwell.args" in ours
+    assert "trainwell.trainer.trainer" in ours and "trainwell.args.fields" in ours
     assert not set(DEFERRED_MODULES) & set(ours)
     assert len(ours) <= MAX_TRAINER_IMPORT_MODULES, f"{len(ours)} modules: {ours}"
 
@@ -100,7 +100,7 @@ def test_callback_keywords_follow_a_reassigned_optimizer_and_are_not_shared():
     """call_event builds the common keywords once; reassigning one of them (the Trainer sets the optimizer after
     building the handler) is seen at the next event, and a callback changing its kwargs changes nothing else."""
     from trainwell import TrainerCallback, TrainerControl, TrainerState
-    from trainwell.events import CallbackHandler
+    from trainwell.callbacks.events import CallbackHandler
 
     seen = []
 
@@ -152,7 +152,7 @@ def test_quiet_per_step_events_follow_in_place_changes_of_the_callback_list():
     import pickle
 
     from trainwell import DefaultFlowCallback, TrainerControl, TrainerState
-    from trainwell.events import QUIET_EVENT, CallbackHandler
+    from trainwell.callbacks.events import QUIET_EVENT, CallbackHandler
 
     handler = CallbackHandler([DefaultFlowCallback], model=None, processing_class=None, optimizer="opt",
                               lr_scheduler=None)

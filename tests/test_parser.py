@@ -1,4 +1,4 @@
-"""Tests for trainwell.parser: dataclasses <-> argparse / dict / json / yaml."""
+"""Tests for trainwell.args.parser: dataclasses <-> argparse / dict / json / yaml."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import List, Literal, Optional, Union  # noqa: UP035
 
 import pytest
 
-from trainwell.parser import ArgParser, HfArgumentParser, string_to_bool
+from trainwell.args.parser import ArgParser, HfArgumentParser, string_to_bool
 
 
 class Color(str, Enum):
@@ -241,7 +241,7 @@ def test_rejects_non_dataclass_and_unsupported_union():
 
 
 def test_training_arguments():
-    args_mod = pytest.importorskip("trainwell.args")
+    args_mod = pytest.importorskip("trainwell.args.fields")
     parser = ArgParser(args_mod.TrainingArguments)
     (ta,) = parser.parse_args_into_dataclasses(
         ["--output_dir", "x", "--num_train_epochs", "2", "--fp16", "false", "--eval_strategy", "steps",
@@ -253,7 +253,7 @@ def test_training_arguments():
 
 
 def test_training_arguments_help_and_typo(capsys):
-    args_mod = pytest.importorskip("trainwell.args")
+    args_mod = pytest.importorskip("trainwell.args.fields")
     parser = ArgParser(args_mod.TrainingArguments)
     with pytest.raises(SystemExit) as exc:
         parser.parse_args_into_dataclasses(["--help"], look_for_args_file=False)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from trainwell import Trainer, TrainingArguments
-from trainwell.precision import Precision
+from trainwell.runtime.precision import Precision
 
 torch.set_num_threads(1)
 

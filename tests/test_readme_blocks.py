@@ -157,7 +157,7 @@ def _run_bash(block: Block, cwd: Path) -> subprocess.CompletedProcess:
 def _check_yaml(block: Block) -> None:
     import yaml
 
-    from trainwell.recipes.config import RECIPE_KEYS, load_object
+    from trainwell.cli.recipes.config import RECIPE_KEYS, load_object
 
     data = yaml.safe_load(block.code)
     if not (isinstance(data, dict) and "model" in data):

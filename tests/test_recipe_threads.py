@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainwell.cli import use_recipe_threads
-from trainwell.recipes import default_recipe
+from trainwell.cli.main import use_recipe_threads
+from trainwell.cli.recipes import default_recipe
 
 
 @pytest.fixture

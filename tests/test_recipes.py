@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainwell.recipes import RecipeError, call_factory, default_recipe, load_object, load_recipe
-from trainwell.recipes import charlm
+from trainwell.cli.recipes import RecipeError, call_factory, default_recipe, load_object, load_recipe
+from trainwell.cli.recipes import charlm
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -1,4 +1,4 @@
-"""Tests for trainwell.schedules: each schedule's lr sequence against its closed-form formula, resumption, errors."""
+"""Tests for trainwell.optim.schedules: each schedule's lr sequence against its closed-form formula, resumption, errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainwell import schedules
-from trainwell.schedules import (
+from trainwell.optim.schedules import (
     get_constant_schedule,
     get_constant_schedule_with_warmup,
     get_cosine_schedule_with_warmup,

@@ -5,22 +5,22 @@ Public names are resolved lazily (PEP 562) so that ``import trainwell`` costs al
 
 from __future__ import annotations
 
-from .lazy_exports import lazy_exports
+from .utils.lazy_exports import alias_modules, lazy_exports
 
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # trainer and arguments
-    "Trainer": "trainer",
-    "TrainingArguments": "args",
-    "Seq2SeqTrainingArguments": "seq2seq_args",
-    "Seq2SeqTrainer": "seq2seq",
-    "ArgParser": "parser",
-    "HfArgumentParser": "parser",
+    "Trainer": "trainer.trainer",
+    "TrainingArguments": "args.fields",
+    "Seq2SeqTrainingArguments": "args.seq2seq",
+    "Seq2SeqTrainer": "trainer.seq2seq",
+    "ArgParser": "args.parser",
+    "HfArgumentParser": "args.parser",
     # state and callbacks
-    "TrainerState": "state",
-    "TrainerControl": "state",
-    "CallbackHandler": "events",
+    "TrainerState": "callbacks.state",
+    "TrainerControl": "callbacks.state",
+    "CallbackHandler": "callbacks.events",
     "TrainerCallback": "callbacks",
     "DefaultFlowCallback": "callbacks",
     "ProgressCallback": "callbacks",
@@ -42,19 +42,19 @@ _EXPORTS: dict[str, str] = {
     "FlyteCallback": "callbacks.integrations",
     "KubeflowCallback": "callbacks.integrations",
     # utilities and types
-    "IntervalStrategy": "trainer_utils",
-    "SaveStrategy": "trainer_utils",
-    "SchedulerType": "trainer_utils",
-    "OptimizerNames": "trainer_utils",
-    "ParallelMode": "trainer_utils",
-    "HubStrategy": "trainer_utils",
-    "FSDPOption": "trainer_utils",
-    "TrainOutput": "trainer_utils",
-    "EvalPrediction": "trainer_utils",
-    "EvalLoopOutput": "trainer_utils",
-    "PredictionOutput": "trainer_utils",
-    "set_seed": "trainer_utils",
-    "enable_full_determinism": "trainer_utils",
+    "IntervalStrategy": "utils.trainer_utils",
+    "SaveStrategy": "utils.trainer_utils",
+    "SchedulerType": "utils.trainer_utils",
+    "OptimizerNames": "utils.trainer_utils",
+    "ParallelMode": "utils.trainer_utils",
+    "HubStrategy": "utils.trainer_utils",
+    "FSDPOption": "utils.trainer_utils",
+    "TrainOutput": "utils.trainer_utils",
+    "EvalPrediction": "utils.trainer_utils",
+    "EvalLoopOutput": "utils.trainer_utils",
+    "PredictionOutput": "utils.trainer_utils",
+    "set_seed": "utils.trainer_utils",
+    "enable_full_determinism": "utils.trainer_utils",
     "get_last_checkpoint": "checkpoint.layout",
     # data
     "default_data_collator": "data.collators",
@@ -64,12 +64,12 @@ _EXPORTS: dict[str, str] = {
     "DataCollatorForTokenClassification": "data.collators",
     "DefaultDataCollator": "data.collators",
     # optimisation
-    "get_scheduler": "schedules",
-    "get_linear_schedule_with_warmup": "schedules",
-    "get_cosine_schedule_with_warmup": "schedules",
-    "get_constant_schedule": "schedules",
-    "get_constant_schedule_with_warmup": "schedules",
-    "Adafactor": "optim",
+    "get_scheduler": "optim.schedules",
+    "get_linear_schedule_with_warmup": "optim.schedules",
+    "get_cosine_schedule_with_warmup": "optim.schedules",
+    "get_constant_schedule": "optim.schedules",
+    "get_constant_schedule_with_warmup": "optim.schedules",
+    "Adafactor": "optim.factory",
     # DeepSpeed outside the Trainer (seed 001's non-Trainer integration)
     "HfDeepSpeedConfig": "backends.deepspeed.config",
     "is_deepspeed_zero3_enabled": "backends.deepspeed.config",
@@ -79,3 +79,20 @@ __all__ = sorted(_EXPORTS)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+# Former module paths (and upstream's module names) keep importing: the same module objects under both names.
+_MOVED: dict[str, str] = {
+    "accelerate_env": "runtime.accelerate_env", "accelerator": "trainer.accelerator", "cmdline": "cli.arguments",
+    "commands": "cli.commands", "debug_utils": "compat.debug_utils", "distributed": "runtime.distributed",
+    "events": "callbacks.events", "field_usage": "args.field_usage", "hpsearch_ray": "hpsearch.ray",
+    "integrations": "compat.integrations", "lazy_exports": "utils.lazy_exports", "logging_utils": "utils.logging_utils",
+    "losses": "utils.losses", "memory": "runtime.memory", "model_utils": "utils.model_utils",
+    "optim_extras": "optim.extras", "overrides": "utils.overrides", "parser": "args.parser",
+    "precision": "runtime.precision", "preflight": "utils.preflight", "recipes": "cli.recipes",
+    "reporting": "utils.reporting", "schedules": "optim.schedules", "seq2seq": "trainer.seq2seq",
+    "seq2seq_args": "args.seq2seq",
+    "state": "callbacks.state", "tf": "compat.tf", "trackers": "utils.trackers",
+    "trainer_checkpoints": "trainer.checkpoints", "trainer_compat": "trainer.compat", "trainer_hub": "trainer.hub",
+    "trainer_utils": "compat.trainer_utils",
+}
+alias_modules(__name__, _MOVED)

@@ -1,5 +1,5 @@
 """``python -m trainwell`` runs the ``trainwell`` command."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

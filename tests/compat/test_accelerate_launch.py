@@ -18,7 +18,7 @@ import torch
 
 from trainwell import Trainer, TrainingArguments
 from launch import child_env, free_port, run_json
-from trainwell.accelerate_env import accelerate_settings, apply_accelerate_env
+from trainwell.runtime.accelerate_env import accelerate_settings, apply_accelerate_env
 
 pytest.importorskip("accelerate")
 

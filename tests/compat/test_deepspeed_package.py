@@ -1,8 +1,8 @@
-"""DeepSpeed is one package, ``trainwell.backends.deepspeed``; every import path users had keeps working.
+"""DeepSpeed is one package, ``trainwell.backends.deepspeed``, whose top re-exports its modules' names.
 
-The former homes (``trainwell.deepspeed_config``, ``trainwell.zero``, the module ``trainwell.backends.deepspeed``)
-must hand out the very same objects, so that a config made through one path is the live config seen through another,
-and importing the config (pure data) must not pull in torch or DeepSpeed.
+The package and the top level of trainwell must hand out the very same objects as the modules, so that a config made
+through one path is the live config seen through another, and importing the config (pure data) must not pull in
+torch or DeepSpeed.
 """
 
 from __future__ import annotations
@@ -18,9 +18,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("old,new", [
-    ("trainwell.deepspeed_config", "trainwell.backends.deepspeed.config"),
-    ("trainwell.zero", "trainwell.backends.deepspeed.weights"),
-    ("trainwell.zero", "trainwell.backends.deepspeed.memory_estimates"),
     ("trainwell.backends.deepspeed", "trainwell.backends.deepspeed.config"),
     ("trainwell.backends.deepspeed", "trainwell.backends.deepspeed.backend"),
     ("trainwell.backends.deepspeed", "trainwell.backends.deepspeed.weights"),
@@ -35,7 +32,7 @@ def test_old_paths_give_the_same_objects(old, new):
 
 
 def test_every_exported_name_resolves():
-    for path in ("trainwell.deepspeed_config", "trainwell.zero", "trainwell.backends.deepspeed"):
+    for path in ("trainwell.backends.deepspeed",):
         module = importlib.import_module(path)
         for name in module.__all__:
             assert getattr(module, name) is not None, f"{path}.{name}"
@@ -43,11 +40,11 @@ def test_every_exported_name_resolves():
 
 
 def test_former_module_names_still_import():
-    """What tests, docs and user scripts wrote before the move (names the upstream integration also has)."""
+    """What docs and user scripts import (names the upstream integration also has)."""
     from trainwell import HfDeepSpeedConfig, is_deepspeed_zero3_enabled
-    from trainwell.backends.deepspeed import DeepSpeedBackend, check_deepspeed_files
-    from trainwell.deepspeed_config import DeepSpeedConfig, resolve_deepspeed_config
-    from trainwell.zero import cmd_estimate_memory, cmd_zero_to_fp32, zero_to_fp32
+    from trainwell.backends.deepspeed import (DeepSpeedBackend, DeepSpeedConfig, check_deepspeed_files,
+                                              cmd_estimate_memory, cmd_zero_to_fp32, resolve_deepspeed_config,
+                                              zero_to_fp32)
 
     assert HfDeepSpeedConfig is DeepSpeedConfig
     assert callable(is_deepspeed_zero3_enabled) and callable(resolve_deepspeed_config)
@@ -65,9 +62,9 @@ def test_unknown_name_is_an_attribute_error():
 
 
 def test_live_config_is_shared_between_paths():
-    """A ZeRO-3 config kept alive through the old path is what the new path (and trainwell's top level) sees."""
+    """A ZeRO-3 config kept alive through the package is what its module (and trainwell's top level) sees."""
     import trainwell
-    from trainwell import deepspeed_config
+    from trainwell.backends import deepspeed as deepspeed_config
     from trainwell.backends.deepspeed import config
 
     config.unset_deepspeed_config()
@@ -95,5 +92,5 @@ def test_the_config_is_pure_data():
     assert _loaded_after("import trainwell.backends.deepspeed.config") == []
     assert _loaded_after("from trainwell import HfDeepSpeedConfig\n"
                          "c = HfDeepSpeedConfig({'zero_optimization': {'stage': 2}, 'train_batch_size': 'auto'})") == []
-    assert _loaded_after("from trainwell.deepspeed_config import resolve_deepspeed_config") == []
+    assert _loaded_after("from trainwell.backends.deepspeed import resolve_deepspeed_config") == []
     assert "deepspeed" not in _loaded_after("from trainwell.backends.deepspeed import DeepSpeedBackend")

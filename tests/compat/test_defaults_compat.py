@@ -266,7 +266,7 @@ def test_unimplemented_training_switches_are_refused(tmp_path):
 
 
 def test_no_switch_is_ignored_silently(tmp_path, caplog):
-    with caplog.at_level("WARNING", logger="trainwell.args"):
+    with caplog.at_level("WARNING", logger="trainwell.args.fields"):
         args = trainwell.TrainingArguments(output_dir=str(tmp_path), torch_empty_cache_steps=3,
                                            neftune_noise_alpha=5.0)
     assert "no effect" not in caplog.text and args.neftune_noise_alpha == 5.0

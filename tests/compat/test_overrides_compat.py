@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
-from trainwell.overrides import accepts, call_override
+from trainwell.utils.overrides import accepts, call_override
 
 N, DIM = 13, 3  # an odd length: the last batch of 4 holds one row
 

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
-from trainwell.parser import HfArgumentParser
+from trainwell.args.parser import HfArgumentParser
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 3

@@ -18,7 +18,7 @@ import torch
 import trainwell
 from trainwell import Trainer, TrainingArguments
 from trainwell.callbacks.integrations import INTEGRATION_TO_CALLBACK, get_reporting_integration_callbacks
-from trainwell.trackers import TRACKERS, MissingIntegrationError, get_available_reporting_integrations, is_installed
+from trainwell.utils.trackers import TRACKERS, MissingIntegrationError, get_available_reporting_integrations, is_installed
 
 transformers = pytest.importorskip("transformers")
 from transformers import integrations as upstream  # noqa: E402
@@ -195,7 +195,7 @@ def test_report_to_all_trains_with_every_installed_tracker(tmp_path):
                                   if n not in ("kubeflow", "azure_ml", "dagshub", "flyte") and _installed(n)])
 def test_only_the_main_process_reports(tmp_path, tiny, monkeypatch, name):
     """A replica (not world process zero, not local process zero) creates no run and writes nothing."""
-    from trainwell.state import TrainerControl, TrainerState
+    from trainwell.callbacks.state import TrainerControl, TrainerState
 
     for variable, value in OFFLINE_ENV.items():
         monkeypatch.setenv(variable, value)

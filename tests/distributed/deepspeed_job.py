@@ -20,8 +20,8 @@ from torch.nn import functional as F  # noqa: E402
 
 torch.set_num_threads(1)
 
-from trainwell.args import TrainingArguments  # noqa: E402
-from trainwell.trainer import Trainer  # noqa: E402
+from trainwell.args.fields import TrainingArguments  # noqa: E402
+from trainwell.trainer.trainer import Trainer  # noqa: E402
 from trainwell.trainer_utils import set_seed  # noqa: E402
 
 STEPS = 6

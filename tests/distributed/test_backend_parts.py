@@ -12,8 +12,8 @@ from torch import nn
 from trainwell.backends.ddp import follow_optimizer, wants_zero
 from trainwell.backends.fsdp import FSDPBackend, check_fsdp_config, fsdp_options, units_to_wrap
 from trainwell.backends.registry import _fsdp_shards
-from trainwell.precision import Precision
-from trainwell.schedules import get_scheduler
+from trainwell.runtime.precision import Precision
+from trainwell.optim.schedules import get_scheduler
 
 
 class Layer(nn.Module):
@@ -101,7 +101,7 @@ def test_accelerate_fsdp_fp16_gets_the_sharded_scaler_of_fsdp_fp16(tmp_path) -> 
     DDP fp16 in tests/compat/test_defaults_compat.py), no longer refused."""
     from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-    from trainwell.accelerate_env import accelerate_settings
+    from trainwell.runtime.accelerate_env import accelerate_settings
 
     env = {"ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "fp16", "FSDP_SHARDING_STRATEGY": "FULL_SHARD",
            "FSDP_SYNC_MODULE_STATES": "true", "FSDP_USE_ORIG_PARAMS": "true", "FSDP_BACKWARD_PREFETCH": "BACKWARD_PRE",

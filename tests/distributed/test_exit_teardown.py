@@ -54,9 +54,9 @@ def _job(out: str, mode: str) -> None:
                              use_cpu=True)
     Trainer(model=Net(), args=args, train_dataset=data).train()
     if mode == "raises":
-        import trainwell.distributed
+        import trainwell.runtime.distributed
 
-        trainwell.distributed._EXIT_BARRIER_TIMEOUT_S = 10.0 ** 6  # waiting for the blocked peer would hang
+        trainwell.runtime.distributed._EXIT_BARRIER_TIMEOUT_S = 10.0 ** 6  # waiting for the blocked peer would hang
         if rank == 1:
             raise RuntimeError("rank 1 fails after training")
         dist.barrier()  # rank 0 waits for a peer that never comes, until the launcher stops it

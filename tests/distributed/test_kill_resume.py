@@ -157,7 +157,7 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
     for name, tensor in want.items():
         assert torch.equal(got[name], tensor), name
     if backend == "zero3":  # and the fp32 master weights DeepSpeed's last checkpoint holds, consolidated
-        from trainwell.zero import get_fp32_state_dict_from_zero_checkpoint
+        from trainwell.backends.deepspeed import get_fp32_state_dict_from_zero_checkpoint
 
         want, got = (get_fp32_state_dict_from_zero_checkpoint(run / "checkpoint-12")
                      for run in (tmp_path / "reference", out))

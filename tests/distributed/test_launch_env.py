@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainwell.data.samplers import EvalShardSampler
-from trainwell.distributed import LaunchEnv, first_slurm_host, read_launch_env
+from trainwell.runtime.distributed import LaunchEnv, first_slurm_host, read_launch_env
 
 ALL_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "MASTER_ADDR", "MASTER_PORT",
             "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_STEP_TASKS_PER_NODE",
@@ -151,7 +151,7 @@ def test_eval_shard_sampler_rejects_bad_arguments() -> None:
 
 def test_setup_process_logging_levels(tmp_path, env: pytest.MonkeyPatch) -> None:
     from trainwell import TrainingArguments
-    from trainwell.logging_utils import set_verbosity, setup_process_logging
+    from trainwell.utils.logging_utils import set_verbosity, setup_process_logging
 
     library = logging.getLogger("trainwell")
     before = library.level

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from trainwell.distributed import LaunchEnv, RendezvousWatch, check_rendezvous_env
+from trainwell.runtime.distributed import LaunchEnv, RendezvousWatch, check_rendezvous_env
 
 VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS",
         "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")

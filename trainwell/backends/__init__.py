@@ -6,7 +6,7 @@ The names below are resolved lazily, so that importing a light submodule (``back
 
 from __future__ import annotations
 
-from ..lazy_exports import lazy_exports
+from ..utils.lazy_exports import lazy_exports
 
 _EXPORTS = {"Backend": "base", "Capabilities": "base", "build_backend": "registry"}
 

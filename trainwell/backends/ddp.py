@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError, write_atomic
-from ..precision import Precision
+from ..runtime.precision import Precision
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
 
@@ -150,7 +150,7 @@ class DDPBackend(SingleDeviceBackend):
         """With ZeRO: consolidate the optimizer state on each saving rank and write ``optimizer.pt`` (collective)."""
         if not self.zero or self.optimizer is None or self.args.save_only_model:
             return
-        from ..distributed import all_gather_object, get_rank
+        from ..runtime.distributed import all_gather_object, get_rank
 
         savers = [rank for rank, saves in enumerate(all_gather_object(bool(self.args.should_save))) if saves]
         for rank in savers:

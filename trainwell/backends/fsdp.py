@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
-from ..precision import Precision
+from ..runtime.precision import Precision
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
 
@@ -194,12 +194,12 @@ class FSDPBackend(SingleDeviceBackend):
         """1-D mesh over all ranks, or (nodes x ranks per node) for ``hybrid_shard``."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        from ..distributed import get_world_size
+        from ..runtime.distributed import get_world_size
 
         world = get_world_size()
         if not self.options & {"hybrid_shard", "hybrid_shard_zero2"}:
             return init_device_mesh(self.device.type, (world,))
-        from ..distributed import read_launch_env
+        from ..runtime.distributed import read_launch_env
 
         per_node = read_launch_env(getattr(self.args, "local_rank", -1)).local_world_size
         if per_node < 1 or world % per_node:
@@ -232,7 +232,7 @@ class FSDPBackend(SingleDeviceBackend):
             model = model.to(self.device)
         full = self._rank0_weights(model)
         if self.config.get("activation_checkpointing"):
-            from ..model_utils import enable_gradient_checkpointing
+            from ..utils.model_utils import enable_gradient_checkpointing
 
             enable_gradient_checkpointing(model, getattr(self.args, "gradient_checkpointing_kwargs", None))
         self._shard(model)
@@ -260,7 +260,7 @@ class FSDPBackend(SingleDeviceBackend):
         """Rank 0's weights (``{}`` on the other ranks) when they are to be broadcast after sharding, else None."""
         if not (_flag(self.config.get("cpu_ram_efficient_loading")) or _flag(self.config.get("sync_module_states"))):
             return None
-        from ..distributed import get_rank
+        from ..runtime.distributed import get_rank
 
         return {k: v.detach().cpu() for k, v in model.state_dict().items()} if get_rank() == 0 else {}
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..distributed import init_process_group, read_launch_env
-from ..precision import Precision
+from ..runtime.distributed import init_process_group, read_launch_env
+from ..runtime.precision import Precision
 from .base import Backend
 
 logger = logging.getLogger(__name__)

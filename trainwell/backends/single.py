@@ -9,7 +9,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from ..precision import Precision
+from ..runtime.precision import Precision
 from .base import Capabilities
 
 _NULL = nullcontext()

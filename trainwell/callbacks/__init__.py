@@ -5,8 +5,8 @@ Integrations (TensorBoard, MLflow, W&B, Comet, ...) import their packages only w
 
 from __future__ import annotations
 
-from ..lazy_exports import lazy_exports
-from ..state import ExportableState, TrainerControl, TrainerState
+from ..utils.lazy_exports import lazy_exports
+from .state import ExportableState, TrainerControl, TrainerState
 from .base import TrainerCallback
 from .flow import DefaultFlowCallback
 from .integrations import CALLBACK_MODULES, get_available_reporting_integrations, get_reporting_integration_callbacks

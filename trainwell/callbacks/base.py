@@ -5,17 +5,17 @@ Every method receives ``args`` (the ``TrainingArguments``), ``state`` (``Trainer
 same object, deprecated name), ``optimizer``, ``lr_scheduler``, ``train_dataloader`` and
 ``eval_dataloader``, plus ``logs`` for ``on_log`` and ``metrics`` for ``on_evaluate``/``on_predict``.
 A callback changes only ``control`` (and its own attributes); returning a ``TrainerControl`` replaces
-the control. See :mod:`trainwell.events` for the order in which the events fire.
+the control. See :mod:`trainwell.callbacks.events` for the order in which the events fire.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
-from ..events import NOOP_MARKER
+from .events import NOOP_MARKER
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from .state import TrainerControl, TrainerState
 
 __all__ = ["TrainerCallback"]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..trainer_utils import IntervalStrategy, SaveStrategy
+from ..utils.trainer_utils import IntervalStrategy, SaveStrategy
 from .base import TrainerCallback
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from .state import TrainerControl, TrainerState
 
 __all__ = ["DefaultFlowCallback"]
 

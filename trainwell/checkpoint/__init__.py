@@ -15,7 +15,7 @@ not import torch:
 
 from __future__ import annotations
 
-from ..lazy_exports import lazy_exports
+from ..utils.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "COMPLETE_MARKER": "layout",

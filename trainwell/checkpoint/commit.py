@@ -73,7 +73,7 @@ class Ranks:
         """True when several processes take part (a process group is initialised)."""
         if self.world_size <= 1:
             return False
-        from ..distributed import is_dist
+        from ..runtime.distributed import is_dist
 
         return is_dist()
 
@@ -82,7 +82,7 @@ class Ranks:
         if not self.active:
             return [obj]
         if self.group is None:
-            from ..distributed import all_gather_object
+            from ..runtime.distributed import all_gather_object
 
             return all_gather_object(obj)
         import torch.distributed as dist
@@ -96,7 +96,7 @@ class Ranks:
         if not self.active:
             return
         if self.group is None:
-            from ..distributed import barrier
+            from ..runtime.distributed import barrier
 
             barrier()
         else:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..trainer_utils import PREFIX_CHECKPOINT_DIR
+from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR
 from . import layout
 from .layout import CheckpointError
 
@@ -308,7 +308,7 @@ class CheckpointManager:
     @staticmethod
     def _read_trainer_state(folder: Path) -> dict[str, Any] | None:
         """``trainer_state.json`` checked against the TrainerState schema (None when absent); raises CheckpointError."""
-        from ..state import trainer_state_problems
+        from ..callbacks.state import trainer_state_problems
 
         path = folder / layout.TRAINER_STATE_NAME
         if not path.is_file():

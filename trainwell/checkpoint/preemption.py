@@ -101,6 +101,6 @@ class PreemptionGuard:
         Outside a process group this is :attr:`requested`. ``device`` is where the flag tensor lives (a CUDA
         device under NCCL; CPU under gloo).
         """
-        from ..distributed import any_rank
+        from ..runtime.distributed import any_rank
 
         return any_rank([self.requested], device)[0]

@@ -5,7 +5,7 @@ Names are resolved lazily (importing this package does not import torch until a 
 
 from __future__ import annotations
 
-from ..lazy_exports import lazy_exports
+from ..utils.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "collators": (

@@ -17,10 +17,10 @@ from typing import Any
 
 import torch
 
-from ..trainer_utils import TrainOutput
+from ..utils.trainer_utils import TrainOutput
 from .train_loop import run_training
 
-logger = logging.getLogger("trainwell.trainer")
+logger = logging.getLogger("trainwell.trainer.trainer")
 
 # The messages accelerate's should_reduce_batch_size recognises (a RuntimeError with one of them as its only arg).
 OUT_OF_MEMORY_MESSAGES = (

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..overrides import call_override
-from ..reporting import speed_metrics
-from ..trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
+from ..utils.overrides import call_override
+from ..utils.reporting import speed_metrics
+from ..utils.trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .gather import (_device_of, _is_dist, _round_robin, _sum_across_ranks, gather_across_ranks,  # noqa: F401
                      gather_parts, keep_rows)
 from .nested import _flatten, _unflatten, nested_detach, nested_map  # noqa: F401

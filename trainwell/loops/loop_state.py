@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..distributed import all_gather_object, mean_across_ranks
+from ..runtime.distributed import all_gather_object, mean_across_ranks
 
 # With logging_nan_inf_filter, the step losses of a window are kept for the rare case of a nan/inf; beyond this
 # many micro-batches without a log they are folded in (one device sync), so the list stays small.

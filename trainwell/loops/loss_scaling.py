@@ -29,8 +29,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from ..losses import extract_loss
-from ..model_utils import accepts_loss_kwargs, forward_parameters, unwrap_model
+from ..utils.losses import extract_loss
+from ..utils.model_utils import accepts_loss_kwargs, forward_parameters, unwrap_model
 
 logger = logging.getLogger("trainwell")
 

@@ -12,9 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..args import DebugOption
+from ..args.fields import DebugOption
 from ..callbacks.base import TrainerCallback
-from ..model_utils import unwrap_model
+from ..utils.model_utils import unwrap_model
 
 
 def clear_device_cache(device: torch.device) -> None:
@@ -72,7 +72,7 @@ def attach(trainer: Any) -> None:
         if args.n_gpu > 1:
             raise ValueError("debug='underflow_overflow' is not supported with several GPUs in one process "
                              "(DataParallel); launch one process per GPU with torchrun.")
-        from ..debug_utils import DebugUnderflowOverflow
+        from .underflow_overflow import DebugUnderflowOverflow
 
         trainer._debug_overflow = DebugUnderflowOverflow(unwrap_model(trainer.model))
     if args.use_liger_kernel:  # args refused it when the package is missing

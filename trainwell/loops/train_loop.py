@@ -22,9 +22,9 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ..data.loader import has_length
-from ..events import QUIET_EVENT
-from ..overrides import accepts
-from ..trainer_utils import TrainOutput
+from ..callbacks.events import QUIET_EVENT
+from ..utils.overrides import accepts
+from ..utils.trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
 from .loss_scaling import WindowScaler, loss_divisors
 

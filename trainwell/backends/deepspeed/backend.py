@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import nn
 
-from ...distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
+from ...runtime.distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
                             read_launch_env)
 from ..base import Capabilities
 from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
@@ -318,7 +318,7 @@ class DeepSpeedBackend:
         """
         if self.engine is None or self.engine.optimizer is None:
             return
-        from ...distributed import get_rank, get_world_size
+        from ...runtime.distributed import get_rank, get_world_size
 
         check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage,
                               world_size=get_world_size())
@@ -337,7 +337,7 @@ class DeepSpeedBackend:
             logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
                            "are restored, the optimizer and scheduler start fresh", folder)
             return
-        from ...distributed import get_world_size
+        from ...runtime.distributed import get_world_size
         from ..elastic import deepspeed_shards
 
         saved_world = len(deepspeed_shards(Path(folder)))
@@ -434,7 +434,7 @@ def _choose_optimization(config: dict[str, Any], args: Any, optimizer: Any, lr_s
 
 def _trainer_schedule_factory(args: Any, num_training_steps: int | None) -> Any:
     """A callable DeepSpeed calls with its optimizer to build trainwell's ``lr_scheduler_type`` schedule."""
-    from ...schedules import get_scheduler
+    from ...optim.schedules import get_scheduler
 
     if num_training_steps is None:
         raise ValueError("A DeepSpeed config optimizer with the trainer's scheduler needs the number of training "

@@ -121,7 +121,7 @@ def format_memory_table(rows: Sequence[MemoryEstimate], params: int, gpus: int, 
 
 def cmd_estimate_memory(argv: Sequence[str] | None = None) -> int:
     """``trainwell estimate-memory --params N [--gpus G --nodes K --largest-layer-params L]``."""
-    from ...cmdline import ArgParser, positive_float, positive_int
+    from ...cli.arguments import ArgParser, positive_float, positive_int
 
     parser = ArgParser(prog="trainwell estimate-memory",
                                      description="ZeRO-2/3 memory needs for parameters, gradients, optimizer states.")

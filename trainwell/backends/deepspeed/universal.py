@@ -38,7 +38,7 @@ def load_resized(engine: Any, folder: Path, *, saved_world: int, scratch: Path) 
     """Load the DeepSpeed checkpoint in ``folder`` (written by ``saved_world`` ranks) into ``engine`` on this
     number of ranks (a collective). ``scratch``: the folder where rank 0 writes the conversion (``output_dir``)."""
     from ...checkpoint.layout import CheckpointError
-    from ...distributed import all_gather_object, barrier, get_rank, get_world_size
+    from ...runtime.distributed import all_gather_object, barrier, get_rank, get_world_size
 
     tag = (folder / "latest").read_text(encoding="utf-8").strip()
     converted: str | None = None

@@ -118,7 +118,7 @@ def _untie(state: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
 # -- command line --------------------------------------------------------------------------------------------------
 def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
     """``trainwell zero-to-fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag global_stepN]``."""
-    from ...cmdline import ArgParser
+    from ...cli.arguments import ArgParser
 
     parser = ArgParser(prog="trainwell zero-to-fp32",
                                      description="Consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file.")

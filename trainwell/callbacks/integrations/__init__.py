@@ -1,7 +1,7 @@
 """Reporting integrations (``report_to``): name -> callback class; each imports its package only when used.
 
 Every name upstream accepts has a callback here. Building the Trainer builds the callbacks, and a callback whose
-package is missing raises :class:`~trainwell.trackers.MissingIntegrationError` (one error naming every missing
+package is missing raises :class:`~trainwell.utils.trackers.MissingIntegrationError` (one error naming every missing
 package and the pip command) before anything else happens.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from ...lazy_exports import lazy_exports
-from ...trackers import (
+from ...utils.lazy_exports import lazy_exports
+from ...utils.trackers import (
     TRACKERS,
     MissingIntegrationError,
     get_available_reporting_integrations,

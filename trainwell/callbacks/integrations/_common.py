@@ -6,7 +6,7 @@ import importlib
 import os
 from typing import Any
 
-from ...trackers import TRACKERS, is_installed, missing_packages_error
+from ...utils.trackers import TRACKERS, is_installed, missing_packages_error
 
 __all__ = ["SINGLE_VALUE_SCALARS", "check_installed", "env_flag", "require", "run_config", "flatten", "scalar_logs"]
 

@@ -13,7 +13,7 @@ from ..base import TrainerCallback
 from ._common import check_installed, require
 
 if TYPE_CHECKING:
-    from ...state import TrainerControl, TrainerState
+    from ..state import TrainerControl, TrainerState
 
 __all__ = ["CodeCarbonCallback"]
 

@@ -11,13 +11,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...trackers import is_installed
+from ...utils.trackers import is_installed
 from ..base import TrainerCallback
 from ._common import check_installed, env_flag
 from .mlflow import MLflowCallback
 
 if TYPE_CHECKING:
-    from ...state import TrainerControl, TrainerState
+    from ..state import TrainerControl, TrainerState
 
 __all__ = ["AzureMLCallback", "DagsHubCallback", "FlyteCallback", "KubeflowCallback"]
 

@@ -19,7 +19,7 @@ from ._common import flatten
 from .tensorboard import as_scalar
 
 if TYPE_CHECKING:
-    from ...state import TrainerControl, TrainerState
+    from ..state import TrainerControl, TrainerState
 
 __all__ = ["MLflowCallback"]
 
@@ -46,7 +46,7 @@ def _import_mlflow() -> Any:
 
 
 def _mlflow_installed() -> bool:
-    from ...trackers import is_installed
+    from ...utils.trackers import is_installed
 
     return is_installed("mlflow")
 

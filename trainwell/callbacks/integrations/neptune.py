@@ -16,7 +16,7 @@ from ._common import check_installed, require
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
-    from ...state import TrainerControl, TrainerState
+    from ..state import TrainerControl, TrainerState
 
 __all__ = ["NeptuneCallback", "NeptuneMissingConfiguration"]
 

@@ -8,11 +8,11 @@ import numbers
 import os
 from typing import TYPE_CHECKING, Any
 
-from ...trackers import is_installed
+from ...utils.trackers import is_installed
 from ..base import TrainerCallback
 
 if TYPE_CHECKING:
-    from ...state import TrainerControl, TrainerState
+    from ..state import TrainerControl, TrainerState
 
 __all__ = ["TensorBoardCallback", "rewrite_logs", "as_scalar"]
 

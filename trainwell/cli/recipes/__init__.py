@@ -1,0 +1,77 @@
+"""Recipes: what ``trainwell train`` trains.
+
+A :class:`Recipe` is default ``TrainingArguments`` values plus a ``build()`` that makes the model and datasets.
+:func:`default_recipe` is the built-in character-level language model on Python's standard-library docstrings
+(:mod:`trainwell.cli.recipes.charlm`, no download, no extra package); :func:`load_recipe` reads a user's YAML recipe
+(:mod:`trainwell.cli.recipes.config`). This package imports torch only when a recipe is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Components, Recipe, RecipeError, call_factory, load_object, load_recipe
+
+__all__ = ["Components", "Recipe", "RecipeError", "call_factory", "default_recipe", "load_object", "load_recipe",
+           "DEFAULT_RECIPE_ARGS"]
+
+#: TrainingArguments of the default recipe (each can be overridden by a command-line flag). Sized so that the
+#: whole run takes about a minute of CPU time (README: "How long things take").
+DEFAULT_RECIPE_ARGS: dict[str, Any] = {
+    "output_dir": "trainwell-output",
+    "max_steps": 800,
+    "per_device_train_batch_size": 32,
+    "per_device_eval_batch_size": 64,
+    "learning_rate": 3e-3,
+    "weight_decay": 0.01,
+    "warmup_steps": 50,
+    "lr_scheduler_type": "cosine",
+    "max_grad_norm": 1.0,
+    "eval_strategy": "steps",
+    "eval_steps": 200,
+    "save_strategy": "steps",
+    "save_steps": 400,
+    "save_total_limit": 2,
+    "logging_steps": 50,
+    "report_to": "none",
+    "seed": 42,
+}
+
+#: Model and data sizes of the default recipe.
+DEFAULT_MODEL_KWARGS: dict[str, Any] = {"d_model": 96, "n_layers": 2, "n_heads": 4, "block_size": 64}
+SAMPLE_PROMPT = "Return the "
+#: The built-in model's config file (next to its weights) and its model type, read by ``trainwell generate``.
+MODEL_CONFIG_NAME = "config.json"
+MODEL_TYPE = "trainwell-charlm"
+
+
+def _build_default() -> Components:
+    """The char-level model, its datasets and vocabulary (``extras["vocab"]``)."""
+    from . import charlm
+
+    train, evaluation, vocab = charlm.build_datasets(block_size=DEFAULT_MODEL_KWARGS["block_size"])
+    model = charlm.build_model(vocab_size=vocab.size, **DEFAULT_MODEL_KWARGS)
+    return Components(model=model, train_dataset=train, eval_dataset=evaluation, extras={"vocab": vocab})
+
+
+def _finish_default(components: Components, trainer: Any) -> list[tuple[str, str]]:
+    """Save the vocabulary and model config next to the model and show a sampled continuation of a prompt."""
+    import json
+    from pathlib import Path
+
+    from . import charlm
+
+    vocab = components.extras["vocab"]
+    if trainer.is_world_process_zero():
+        vocab.save_pretrained(trainer.args.output_dir)
+        config = {"model_type": MODEL_TYPE, **components.model.config}
+        (Path(trainer.args.output_dir) / MODEL_CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
+    sample = charlm.generate(trainer.model, vocab, SAMPLE_PROMPT, n=80, seed=trainer.args.seed)
+    return [(f"sample (after {SAMPLE_PROMPT!r})", SAMPLE_PROMPT + sample + "\n")]
+
+
+def default_recipe() -> Recipe:
+    """The built-in recipe: a 2-layer character transformer on the standard library's docstrings."""
+    return Recipe(name="built-in: char-level transformer on Python stdlib docstrings",
+                  args=dict(DEFAULT_RECIPE_ARGS), build=_build_default, finish=_finish_default,
+                  language_model=True, num_threads=1)

@@ -1,0 +1,251 @@
+"""``Trainer.accelerator``: the part of ``accelerate.Accelerator`` that user code calls on the upstream Trainer.
+
+Upstream's Trainer runs on Hugging Face Accelerate and exposes its ``Accelerator``; callbacks, overrides and
+scripts call ``trainer.accelerator.gather(...)``, ``.is_main_process``, ``.unwrap_model(...)``,
+``.wait_for_everyone()``, ``.backward(loss)``... trainwell does not use accelerate: :class:`TrainerAccelerator` answers
+the same calls from trainwell's own process-group helpers and the Trainer's backend, so no ``accelerate`` import is
+involved. What it does not offer raises ``AttributeError`` naming the trainwell way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from ..runtime.distributed import all_gather_object, barrier, is_dist
+from ..loops.eval_loop import gather_across_ranks, nested_map
+from ..utils.model_utils import unwrap_model
+
+#: accelerate's ``DistributedType`` values (a str enum there, so these compare equal to its members)
+NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP = "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP"
+
+
+class TrainerAccelerator:
+    """What a Trainer's ``accelerator`` attribute offers, backed by the Trainer's arguments and backend."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    # -- where this process stands ------------------------------------------------------------------------------
+    @property
+    def state(self) -> TrainerAccelerator:
+        """``accelerator.state`` (``.device``, ``.num_processes``, ``.process_index``... are on this object)."""
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process."""
+        return self._trainer.args.device
+
+    @property
+    def num_processes(self) -> int:
+        """Processes training together."""
+        return self._trainer.args.world_size
+
+    @property
+    def process_index(self) -> int:
+        """Global rank of this process."""
+        return self._trainer.args.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank of this process on its node."""
+        return self._trainer.args.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on the first process of the job."""
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on the first process of each node."""
+        return self.local_process_index == 0
+
+    @property
+    def is_last_process(self) -> bool:
+        """True on the last process of the job."""
+        return self.process_index == self.num_processes - 1
+
+    @property
+    def use_distributed(self) -> bool:
+        """True when several processes train together."""
+        return self.num_processes > 1
+
+    @property
+    def distributed_type(self) -> str:
+        """``"DEEPSPEED"``, ``"FSDP"``, ``"MULTI_GPU"``, ``"MULTI_CPU"`` or ``"NO"`` (accelerate's names)."""
+        args = self._trainer.args
+        if args.deepspeed is not None:
+            return DEEPSPEED
+        if args.fsdp:
+            return FSDP
+        if self.num_processes > 1:
+            return MULTI_GPU if self.device.type == "cuda" else MULTI_CPU
+        return MULTI_GPU if args.n_gpu > 1 else NO
+
+    @property
+    def mixed_precision(self) -> str:
+        """``"fp16"``, ``"bf16"`` or ``"no"``."""
+        args = self._trainer.args
+        return "fp16" if args.fp16 else ("bf16" if args.bf16 else "no")
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step."""
+        return self._trainer.args.gradient_accumulation_steps
+
+    @property
+    def scaler(self) -> Any:
+        """The fp16 gradient scaler, or None."""
+        scaler = getattr(self._trainer.backend, "scaler", None)
+        return scaler if scaler is not None and scaler.is_enabled() else None
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """None without DeepSpeed; else an object with ``deepspeed_config`` (the config dict) and ``zero_stage``."""
+        config = getattr(self._trainer.backend, "ds_config", None)
+        if self._trainer.args.deepspeed is None or config is None:
+            return None
+        from types import SimpleNamespace
+
+        return SimpleNamespace(deepspeed_config=config.config, zero_stage=config.zero_stage, hf_ds_config=config)
+
+    # -- synchronisation ----------------------------------------------------------------------------------------
+    def wait_for_everyone(self) -> None:
+        """A barrier across all processes (nothing in one process)."""
+        barrier()
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Run the body on the main process first, then on the others."""
+        with self._trainer.args.main_process_first(local=False):
+            yield
+
+    @contextlib.contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        """Run the body on each node's main process first, then on the others."""
+        with self._trainer.args.main_process_first(local=True):
+            yield
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on the main process of each node only."""
+        if self.is_local_main_process:
+            print(*args, **kwargs)
+
+    # -- collectives --------------------------------------------------------------------------------------------
+    def gather(self, tensor: Any) -> Any:
+        """Every process's tensors (nested structures too) concatenated along dim 0 in rank order.
+
+        Shapes may differ across processes: smaller tensors are padded with -100 first (accelerate requires equal
+        shapes, or ``pad_across_processes`` beforehand).
+        """
+        return gather_across_ranks(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """``gather`` for evaluation results; non-tensor data (or ``use_gather_object``) is gathered as objects.
+
+        trainwell's evaluation sampler gives each sample to exactly one process (no padding duplicates), so there
+        is nothing to drop from the end, unlike accelerate.
+        """
+        if not is_dist():
+            return input_data
+        found: list[bool] = []
+        nested_map(lambda value: found.append(isinstance(value, torch.Tensor)) or value, input_data)
+        if use_gather_object or not any(found):
+            parts = all_gather_object(input_data)
+            return [item for part in parts for item in part] if all(isinstance(p, list) for p in parts) else parts
+        return self.gather(input_data)
+
+    def reduce(self, tensor: torch.Tensor, reduction: str = "sum", scale: float = 1.0) -> torch.Tensor:
+        """Sum (``"sum"``) or average (``"mean"``) ``tensor`` over all processes, times ``scale``."""
+        if reduction not in ("sum", "mean", "none"):
+            raise ValueError(f"accelerator.reduce(reduction={reduction!r}): use 'sum', 'mean' or 'none'")
+        out = tensor.detach().clone() * scale
+        if reduction == "none" or not is_dist():
+            return out
+        import torch.distributed as dist
+
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / dist.get_world_size() if reduction == "mean" else out
+
+    def pad_across_processes(self, tensor: torch.Tensor, dim: int = 0, pad_index: int = 0,
+                             pad_first: bool = False) -> torch.Tensor:
+        """Pad ``tensor`` along ``dim`` to the largest size any process holds (so that ``gather`` can stack it)."""
+        if not is_dist() or tensor.dim() == 0:
+            return tensor
+        import torch.distributed as dist
+
+        size = torch.tensor([tensor.shape[dim]], device=tensor.device)
+        sizes = [torch.empty_like(size) for _ in range(dist.get_world_size())]
+        dist.all_gather(sizes, size)
+        longest = int(max(s.item() for s in sizes))
+        if longest == tensor.shape[dim]:
+            return tensor
+        shape = list(tensor.shape)
+        shape[dim] = longest
+        padded = tensor.new_full(shape, pad_index)
+        index = [slice(None)] * tensor.dim()
+        index[dim] = slice(longest - tensor.shape[dim], longest) if pad_first else slice(0, tensor.shape[dim])
+        padded[tuple(index)] = tensor
+        return padded
+
+    # -- the model and the step ---------------------------------------------------------------------------------
+    def unwrap_model(self, model: nn.Module, keep_fp32_wrapper: bool = True,
+                     keep_torch_compile: bool = True) -> nn.Module:
+        """The user's module inside DDP / DeepSpeed wrappers; a ``torch.compile`` wrapper is kept unless
+        ``keep_torch_compile=False`` (as accelerate)."""
+        inner = getattr(model, "_orig_mod", None)
+        if inner is not None:
+            if keep_torch_compile:
+                model._orig_mod = unwrap_model(inner)
+                return model
+            return unwrap_model(inner)
+        return unwrap_model(model)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backward through the Trainer's backend (grad scaler, DeepSpeed engine); the loss is not rescaled."""
+        self._trainer.backend.backward(loss)
+
+    def clip_grad_norm_(self, parameters: Any, max_norm: float, norm_type: float = 2) -> torch.Tensor | None:
+        """Clip the model's gradients through the backend (unscaling fp16 first); ``parameters`` must be the
+        model's (the backend clips all of them, as the Trainer does)."""
+        return self._trainer.backend.clip_grad_norm(max_norm)
+
+    def autocast(self, autocast_handler: Any = None) -> Any:
+        """The Trainer's mixed-precision context."""
+        return self._trainer.backend.autocast()
+
+    def prepare(self, *objects: Any, device_placement: Any = None) -> Any:
+        """Modules go to this process's device; optimizers, schedulers and data loaders come back unchanged.
+
+        trainwell wraps the model (DDP/FSDP/DeepSpeed) and shards its own data loaders when training starts, so
+        there is nothing else to prepare; a data loader built by hand is not sharded across processes.
+        """
+        out = tuple(obj.to(self.device) if isinstance(obj, nn.Module) else obj for obj in objects)
+        return out[0] if len(out) == 1 else out
+
+    def get_state_dict(self, model: nn.Module | None = None, unwrap: bool = True) -> dict[str, torch.Tensor]:
+        """The full (consolidated) weights of the Trainer's model."""
+        return self._trainer.backend.full_state_dict()
+
+    def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
+        """``torch.save`` on the main process only."""
+        if self.is_main_process:
+            torch.save(obj, f)
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop references, run the garbage collector and empty the CUDA cache."""
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return [None for _ in objects]
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"trainer.accelerator.{name} is not provided: trainwell does not run on accelerate; "
+                             "use the Trainer's own methods and arguments (see trainwell.trainer.accelerator for what the "
+                             "accelerator offers)")

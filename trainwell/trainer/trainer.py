@@ -1,0 +1,910 @@
+"""The Trainer facade: the upstream public, overridable methods, composing the loops, backends and checkpoints."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import os
+import warnings
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from functools import partial
+from operator import attrgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from ..utils import reporting
+from ..args.fields import TrainingArguments
+from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
+from ..callbacks.integrations import get_reporting_integration_callbacks
+from .checkpoints import TrainerCheckpointing
+from .compat import TrainerCompat
+from .hub import TrainerHub
+from ..data.loader import build_dataloader, has_length
+from ..callbacks.events import CallbackHandler
+from ..loops import train_hooks
+from ..loops.eval_loop import EvaluationMixin
+from ..utils.logging_utils import setup_process_logging
+from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
+from ..utils.model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
+                          find_labels, forward_parameters, unwrap_model)
+from ..utils.overrides import accepts, call_override
+from ..utils.preflight import check_dataset, check_output_dir
+from ..callbacks.state import TrainerControl, TrainerState
+from ..utils.trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
+
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (see tests/test_overhead_guard.py)
+    from ..loops.loss_scaling import WindowScaler
+    from ..loops.train_loop import DataPosition, LoopState, TrainPlan
+
+logger = logging.getLogger("trainwell.trainer.trainer")
+
+DEFAULT_CALLBACKS = [DefaultFlowCallback]
+_ONLY_TENSORS = {torch.Tensor}
+_IS_CPU = attrgetter("is_cpu")
+
+
+def _no_flops(inputs: Any) -> int:
+    return 0
+
+
+def _flops_rule(model: nn.Module) -> Callable[[Any], int]:
+    """How :meth:`Trainer.floating_point_ops` counts for ``model``, decided once per model: the model's own
+    ``floating_point_ops``, else 6 x its non-embedding parameters x the elements of its main input (transformers
+    models), else 6 x its parameters x the items of the batch's first tensor."""
+    own = getattr(model, "floating_point_ops", None)
+    if own is not None:
+        return own
+    counter = getattr(model, "num_parameters", None)
+    if callable(counter):  # transformers 5 models have no floating_point_ops; upstream counts these parameters
+        return partial(_flops_by_main_input, getattr(model, "main_input_name", "input_ids"),
+                       6 * counter(exclude_embeddings=True))
+    return partial(_flops_by_first_tensor, 6 * count_parameters(unwrap_model(model)))
+
+
+def _flops_by_main_input(main_input: str, six_params: int, inputs: Any) -> int:
+    if isinstance(inputs, Mapping) and main_input in inputs:
+        return six_params * inputs[main_input].numel()
+    return _flops_by_first_tensor(six_params, inputs)
+
+
+def _flops_by_first_tensor(six_params: int, inputs: Any) -> int:
+    """6 x parameters (``six_params``) x the tokens of ``input_ids``, else of the batch's first tensor (one item per
+    row for features)."""
+    if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+        main = inputs.get("input_ids")
+        if main is None:
+            for main in inputs.values():  # the first tensor
+                if isinstance(main, torch.Tensor):
+                    break
+            else:
+                return 0
+        if main.is_floating_point():  # features, not tokens: one item per row
+            return six_params * (main.shape[0] if main.dim() else 1)
+        return six_params * main.numel()
+    return 0
+
+
+class MissingMetricError(KeyError):
+    """``metric_for_best_model`` is not among the evaluation metrics (a ``KeyError``, as upstream raises)."""
+
+    def __str__(self) -> str:  # the message, not KeyError's quoted repr
+        return str(self.args[0])
+
+
+def _metric_value(metrics: Mapping[str, float], name: str) -> float:
+    """``metrics[name]`` with the ``eval_`` prefix added as upstream; a message listing the names otherwise."""
+    key = name if name.startswith("eval_") else f"eval_{name}"
+    if key not in metrics:
+        raise MissingMetricError(
+            f"The `metric_for_best_model` training argument is set to {key!r}, which is not found in the evaluation "
+            f"metrics. The available evaluation metrics are: {list(metrics)}. Return {key[5:]!r} from "
+            "compute_metrics, or set metric_for_best_model to one of these (with or without the 'eval_' prefix).")
+    return metrics[key]
+
+
+def _check_args_object(args: Any) -> None:
+    """A clear ``TypeError`` for ``args`` given as a dict or a path instead of ``TrainingArguments``."""
+    if isinstance(args, Mapping):
+        raise TypeError("Trainer(args=...) got a dict; wrap it: `Trainer(args=TrainingArguments(**d))` "
+                        "(or build it with HfArgumentParser(TrainingArguments).parse_dict(d)[0]).")
+    if isinstance(args, (str, os.PathLike)):
+        raise TypeError(f"Trainer(args=...) got the path {os.fspath(args)!r}; pass "
+                        f"`args=TrainingArguments(output_dir={os.fspath(args)!r})`.")
+
+
+def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dataset: Any) -> None:
+    """Everything knowable at construction that would otherwise fail after training started."""
+    check_dataset(train_dataset, "train")
+    for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
+        check_dataset(dataset, "eval")
+    if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
+        raise ValueError(  # otherwise upstream's message and type, word for word
+            f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
+            "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
+    check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
+
+
+class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
+    """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
+
+    The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
+    ``compute_loss``, ``training_step``, ``create_optimizer``, ``get_train_dataloader``... exactly as there.
+    """
+
+    # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
+    # for a per-micro-batch mean; None decides from num_items_in_batch.
+    loss_is_scaled_for_ga: bool | None = None
+    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every micro-batch: the window's
+    # items (labels, or rows) over this micro-batch's (a tensor when counted over the ranks), so the window sums to
+    # the mean loss of one big batch.
+    current_gradient_accumulation_steps: int | float | torch.Tensor = 1
+
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        args: TrainingArguments | None = None,
+        data_collator: Callable[[list[Any]], Any] | None = None,
+        train_dataset: Dataset | None = None,
+        eval_dataset: Dataset | dict[str, Dataset] | None = None,
+        processing_class: Any = None,
+        model_init: Callable[..., nn.Module] | None = None,
+        compute_loss_func: Callable[..., torch.Tensor] | None = None,
+        compute_metrics: Callable[[Any], dict[str, float]] | None = None,
+        callbacks: list[TrainerCallback | type] | None = None,
+        optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
+        optimizer_cls_and_kwargs: tuple[type, dict[str, Any]] | None = None,
+        preprocess_logits_for_metrics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+        tokenizer: Any = None,
+    ) -> None:
+        from ..runtime.accelerate_env import apply_accelerate_env  # loaded by the first Trainer, not by the import
+        from ..backends import build_backend
+        from ..data.collators import DataCollatorWithPadding, default_data_collator
+        from ..runtime.memory import TrainerMemoryTracker
+
+        if args is None:
+            logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
+            args = TrainingArguments(output_dir="tmp_trainer")
+        _check_args_object(args)
+        self.args = args
+        apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
+        setup_process_logging(args)
+        if tokenizer is not None:
+            warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
+            processing_class = processing_class if processing_class is not None else tokenizer
+        self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
+        self._memory_tracker.start()
+        enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
+        self.model_init = model_init
+        self.backend = build_backend(args)
+        self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
+        model = self._initial_model(model, model_init)
+        self.processing_class = processing_class
+        if data_collator is None:
+            data_collator = (DataCollatorWithPadding(processing_class) if hasattr(processing_class, "pad")
+                             or hasattr(processing_class, "pad_token_id") else default_data_collator)
+        self.data_collator = data_collator
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        _check_before_training(args, train_dataset, eval_dataset)
+        self.compute_loss_func = compute_loss_func
+        self.compute_metrics = compute_metrics
+        self._check_metric_for_best_model()
+        self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
+        self.optimizer, self.lr_scheduler = optimizers
+        self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
+        if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
+            raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
+        self._adopt_model(model)
+        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        # upstream infers them from forward (QA models: start/end_positions); a forward(**kwargs) keeps ["labels"]
+        inferred = find_labels(self.model) or ["labels"]
+        self.label_names = list(args.label_names) if args.label_names is not None else inferred
+        self._signature_columns: list[str] | None = None
+        self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
+                                  is_world_process_zero=self.is_world_process_zero())
+        self.control = TrainerControl()
+        default = DEFAULT_CALLBACKS + get_reporting_integration_callbacks(args.report_to)
+        default.append(PrinterCallback if args.disable_tqdm else ProgressCallback)
+        self.callback_handler = CallbackHandler(default + list(callbacks or []), self.model, processing_class,
+                                                self.optimizer, self.lr_scheduler)
+        self.is_in_train = False
+        self.current_flos = 0.0
+        self._skipped_steps = 0
+        self._warned_non_finite = False
+        self._step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
+        # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
+        self._train_batch_size = self._requested_batch_size = args.train_batch_size
+        self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
+        self._past: Any = None
+        self._input_dtype: torch.dtype | None = None
+        self._flops_owner: nn.Module | None = None
+        self._flops_rule: Callable[[Any], int] = _no_flops
+        self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
+        self._init_checkpointing()
+        self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer.hub)
+        if args.push_to_hub:
+            self.init_hf_repo()
+        self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+        self._memory_tracker.stop_and_update_metrics()
+
+    # What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
+    _METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
+                                "jit_compilation_time", "tokens_per_second")
+
+    def _check_metric_for_best_model(self) -> None:
+        """Refuse now a ``metric_for_best_model`` no evaluation can return (upstream fails at the first evaluation,
+        after a checkpoint was written)."""
+        name = self.args.metric_for_best_model
+        strategy = getattr(self.args.eval_strategy, "value", self.args.eval_strategy)
+        if not name or self.compute_metrics is not None or strategy == "no":
+            return
+        custom = type(self).evaluate is not Trainer.evaluate or type(self).evaluation_loop is not Trainer.evaluation_loop
+        if custom or name.removeprefix("eval_") in self._METRICS_WITHOUT_COMPUTE:
+            return
+        raise ValueError(
+            f"metric_for_best_model={name!r} cannot be computed: without compute_metrics an evaluation returns only "
+            f"eval_loss (and its speed). Pass compute_metrics=... returning {{{name.removeprefix('eval_')!r}: ...}}, "
+            "or set metric_for_best_model='loss' (the default with load_best_model_at_end).")
+
+    def _initial_model(self, model: nn.Module | None, model_init: Callable[..., nn.Module] | None) -> nn.Module:
+        """The model passed in, or the one ``model_init`` builds; a clear error for anything else."""
+        if model is None:
+            if model_init is None:
+                raise ValueError("Trainer needs either a `model` or a `model_init` function")
+            model = self.call_model_init()
+        elif model_init is not None:
+            warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
+                          "train() call and overrides `model`", UserWarning, stacklevel=2)
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+        return model
+
+    def _adopt_model(self, model: nn.Module) -> None:
+        """Place ``model`` on the device and read what its forward signature tells (return_loss, loss kwargs)."""
+        self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
+                                      getattr(model, "model_parallel", False))
+        self.place_model_on_device = self.args.place_model_on_device and not self.is_model_parallel
+        self.model = model.to(self.args.device) if self.place_model_on_device else model
+        self.model_wrapped = self.model
+        params = forward_parameters(self.model)
+        self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
+        self.model_accepts_loss_kwargs = accepts_loss_kwargs(self.model)
+
+    # ------------------------------------------------------------------------------------------------ callbacks
+    def add_callback(self, callback: TrainerCallback | type) -> None:
+        """Add a callback (an instance, or a class to instantiate) to the current list."""
+        self.callback_handler.add_callback(callback)
+
+    def pop_callback(self, callback: TrainerCallback | type) -> TrainerCallback | None:
+        """Remove a callback (instance or class) and return it."""
+        return self.callback_handler.pop_callback(callback)
+
+    def remove_callback(self, callback: TrainerCallback | type) -> None:
+        """Remove a callback (instance or class)."""
+        self.callback_handler.remove_callback(callback)
+
+    # ---------------------------------------------------------------------------------------------------- data
+    def _set_signature_columns_if_needed(self) -> list[str]:
+        from ..data.columns import signature_columns
+
+        if self._signature_columns is None:
+            self._signature_columns = signature_columns(self.model, self.label_names)
+        return self._signature_columns
+
+    def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
+        """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
+        from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
+
+        if dataset is None:
+            raise ValueError(f"Trainer: this call requires a {description} dataset "
+                             f"(pass `{description}_dataset=` to the Trainer or to the method)")
+        name = description.removesuffix("_dataset")
+        check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
+        if has_length(dataset) and len(dataset) == 0:
+            raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
+        collator = self.data_collator
+        if self.args.remove_unused_columns:
+            columns = self._set_signature_columns_if_needed()
+            if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
+                dataset = remove_unused_columns_from_dataset(dataset, columns, description=description)
+            else:
+                collator = RemoveColumnsCollator(collator, columns, logger=logger,
+                                                 model_name=type(unwrap_model(self.model)).__name__,
+                                                 description=description)
+        sampler = None
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            if has_length(dataset) and self.args.dataloader_num_workers == 0:
+                from ..data.length_check import LengthCheckedIterable
+
+                dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
+        if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
+            # an override of the older _get_train_sampler(self) reads self.train_dataset itself
+            sampler = (call_override(self, "_get_train_sampler", dataset) if train
+                       else self._get_eval_sampler(dataset))
+        # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
+        # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
+        workers = self.args.dataloader_num_workers
+        worker_init = partial(seed_worker, num_workers=workers, rank=self.args.process_index) if train else None
+        return build_dataloader(
+            dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
+            drop_last=self.args.dataloader_drop_last, num_workers=workers,
+            pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
+            persistent_workers=self.args.dataloader_persistent_workers,
+            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+        from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+
+        dataset = self.train_dataset if dataset is None else dataset
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
+        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index,
+                      shard_batch_size=self._train_batch_size)
+        if self.args.group_by_length:
+            lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
+            return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
+                                        **common)
+        return ResumableSampler(len(dataset), shuffle=True, drop_last=self.args.dataloader_drop_last, **common)
+
+    def _get_eval_sampler(self, dataset: Any) -> Any:
+        """Sequential order (each rank a contiguous share of every global batch when distributed)."""
+        if self.args.world_size <= 1:
+            return torch.utils.data.SequentialSampler(dataset)
+        from ..data.samplers import EvalShardSampler
+
+        return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
+                                num_replicas=self.args.world_size, rank=self.args.process_index,
+                                drop_last=self.args.dataloader_drop_last)
+
+    def get_train_dataloader(self) -> Any:
+        """The training DataLoader (override to customise)."""
+        return self._build_dataloader(self.train_dataset, batch_size=self._train_batch_size, train=True,
+                                      description="train")
+
+    # ------------------------------------------------------------------------------------- optimizer, scheduler
+    def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
+        """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
+        from ..optim.factory import get_decay_parameter_names
+
+        return get_decay_parameter_names(model)
+
+    def create_optimizer(self) -> torch.optim.Optimizer:
+        """Build the optimizer from ``args.optim`` (or ``optimizer_cls_and_kwargs``) unless one was passed."""
+        if self.optimizer is None:
+            model = unwrap_model(self.model)
+            if self.optimizer_cls_and_kwargs is not None:
+                from ..optim.factory import build_param_groups
+
+                cls, kwargs = self.optimizer_cls_and_kwargs
+                self.optimizer = cls(build_param_groups(model, self.args.weight_decay), **kwargs)
+            else:
+                from ..optim.factory import create_optimizer as build_optimizer
+
+                self.optimizer = build_optimizer(model, self.args)
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
+        """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
+        if self.lr_scheduler is None:
+            from ..optim.schedules import get_scheduler
+
+            kwargs = dict(self.args.lr_scheduler_kwargs or {})
+            self.lr_scheduler = get_scheduler(
+                self.args.lr_scheduler_type, optimizer=optimizer or self.optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                num_training_steps=num_training_steps, scheduler_specific_kwargs=kwargs)
+        return self.lr_scheduler
+
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
+        """``create_optimizer`` then ``create_scheduler``."""
+        self.create_optimizer()
+        # an override with the older signature create_scheduler(self, num_training_steps) gets no optimizer
+        call_override(self, "create_scheduler", num_training_steps=num_training_steps, optimizer=self.optimizer)
+
+    def _scheduler_needs_metrics(self) -> bool:
+        return isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    # ------------------------------------------------------------------------------------------- the step
+    def _prepare_input(self, data: Any) -> Any:
+        if isinstance(data, torch.Tensor):
+            if self._input_dtype is not None and (data.is_floating_point() or data.is_complex()):
+                return data.to(self._device, dtype=self._input_dtype, non_blocking=True)
+            return data.to(self._device, non_blocking=True)
+        if isinstance(data, Mapping):
+            return type(data)({k: self._prepare_input(v) for k, v in data.items()})
+        if isinstance(data, (tuple, list)):
+            return type(data)(self._prepare_input(v) for v in data)
+        return data
+
+    def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
+        if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
+            return self._move_flat(inputs)
+        if not isinstance(inputs, Mapping):
+            raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
+                            "that returns a mapping, e.g. default_data_collator")
+        inputs = self._prepare_input(inputs)
+        if self.args.past_index >= 0 and self._past is not None:
+            inputs["mems"] = self._past
+        return inputs
+
+    def _move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch to the device (replaced by :meth:`_move_flat_cast` once a backend names an input dtype)."""
+        device = self._device
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
+                for k, v in inputs.items()}
+
+    def _move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch to the device, floating-point tensors cast to the engine's dtype (DeepSpeed, as upstream)."""
+        device, dtype = self._device, self._input_dtype
+        return {k: (v.to(device, dtype=dtype, non_blocking=True) if v.is_floating_point() or v.is_complex()
+                    else v.to(device, non_blocking=True)) if isinstance(v, torch.Tensor) else self._prepare_input(v)
+                for k, v in inputs.items()}
+
+    def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
+        values = inputs.values()
+        if set(map(type, values)) == _ONLY_TENSORS and all(map(_IS_CPU, values)):  # checked in C, whatever the keys
+            return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
+
+    def _adopt_input_dtype(self) -> None:
+        """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
+        and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
+        self._input_dtype = getattr(self.backend, "input_dtype", None)
+        if self._input_dtype is not None:
+            self._move_flat = self._move_flat_cast
+        elif self._device.type == "cpu":
+            self._move_flat = self._keep_flat_on_cpu
+        else:
+            self.__dict__.pop("_move_flat", None)  # the class's mover (an earlier run may have chosen another)
+
+    def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
+        """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
+        return self.backend.autocast()
+
+    def autocast_smart_context_manager(self, cache_enabled: bool | None = True) -> AbstractContextManager[Any]:
+        """Alias of :meth:`compute_loss_context_manager` kept for upstream compatibility."""
+        return self.backend.autocast()
+
+    def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | int | None = None) -> Any:
+        """Forward ``inputs`` through ``model`` and return the loss (and the outputs when ``return_outputs``)."""
+        labels = None
+        if (self.label_smoother is not None or self.compute_loss_func is not None) and "labels" in inputs:
+            labels = inputs.pop("labels")
+        if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+            inputs = {**inputs, "num_items_in_batch": num_items_in_batch}
+        try:
+            outputs = model(**inputs)
+        except TypeError as err:
+            explained = explain_rejected_labels(err, model, inputs, self.label_names)
+            if explained is None:
+                raise
+            raise explained from err
+        if self.args.past_index >= 0:
+            self._past = outputs[self.args.past_index]
+        if labels is not None and self.compute_loss_func is not None:
+            loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
+        elif labels is not None:
+            loss = self.label_smoother(outputs, labels)
+        else:  # a dict holding the loss tensor (the common case) is read here; anything else by extract_loss
+            loss = outputs.get("loss") if type(outputs) is dict else None
+            if type(loss) is not torch.Tensor:
+                loss = extract_loss(outputs, inputs, self.label_names)
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
+                (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
+            loss = loss * self.args.world_size
+        return (loss, outputs) if return_outputs else loss
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+        """Forward and backward on one micro-batch; returns the detached loss (already divided for accumulation)."""
+        inputs = self._prepare_inputs(inputs)
+        # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
+        # per-micro-batch mean, so it is divided like any other.
+        cached, method = self._loss_takes_items, self.compute_loss  # _compute_loss_takes_num_items' cache, inlined
+        if cached is not None and cached[0] is getattr(method, "__func__", method):
+            takes_items = cached[1]
+        else:
+            takes_items = self._compute_loss_takes_num_items()
+        with self.compute_loss_context_manager():
+            if takes_items:
+                loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+            else:
+                loss = self.compute_loss(model, inputs)
+        if self._n_gpu > 1:
+            loss = loss.mean()
+        divisor = self.current_gradient_accumulation_steps
+        if type(divisor) is not int or divisor != 1:  # (the int 1 of a one-batch window divides nothing)
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
+                scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
+            if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
+                # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
+                loss = loss / divisor
+        self.backend.backward(loss)
+        return loss.detach()
+
+    def _compute_loss_takes_num_items(self) -> bool:
+        """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
+        method = self.compute_loss
+        func = getattr(method, "__func__", method)
+        cached = self._loss_takes_items
+        if cached is not None and cached[0] is func:  # per micro-batch: the answer of the same function is kept
+            return cached[1]
+        takes = accepts(self, "compute_loss").takes("num_items_in_batch")
+        self._loss_takes_items = (func, takes)
+        return takes
+
+    def _needs_num_items_in_batch(self) -> bool:
+        return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
+
+    def _window_scaler(self, first_batch: Any) -> WindowScaler:
+        """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
+        ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+        from ..runtime.distributed import all_gather_object
+        from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
+
+        args = self.args
+        across = bool(args.average_tokens_across_devices) and args.world_size > 1
+        if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
+            rule = LossRule(True, "labels", "compute_loss_func")
+        elif self.label_smoother is not None:  # a mean over the unshifted labels (LabelSmoother)
+            rule = LossRule(False, "labels", "label smoothing")
+        elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
+            rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
+        elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
+            rule = LossRule(False, "labels", "one micro-batch per step")
+        else:
+            rule = probe_loss_rule(self.model, self._prepare_inputs(first_batch))
+            if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
+                rule = all_gather_object(rule)[0]
+            logger.info("Gradient accumulation with %s: %s", type(unwrap_model(self.model)).__name__,
+                        rule.describe())
+        if self.compute_loss_func is None:
+            self.model_accepts_loss_kwargs = rule.takes_num_items
+        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=across)
+
+    def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
+        """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
+        main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
+        return int(main.numel()) if isinstance(main, torch.Tensor) else 0
+
+    def _flops_counter(self) -> Callable[[Any], int]:
+        """What the training loop calls per micro-batch for its FLOPs, read once per run: the rule for this model,
+        unless ``floating_point_ops`` is overridden (then the override)."""
+        method = self.floating_point_ops
+        if getattr(method, "__func__", None) is not Trainer.floating_point_ops:
+            return method
+        model = self.model
+        if self._flops_owner is not model:
+            self._flops_owner, self._flops_rule = model, _flops_rule(model)
+        return self._flops_rule
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int:
+        """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
+        model = self.model  # always the unwrapped module
+        if self._flops_owner is not model:  # the rule is picked once per model (nn.Module attribute misses are slow)
+            self._flops_owner, self._flops_rule = model, _flops_rule(model)
+        return self._flops_rule(inputs)
+
+    def num_examples(self, dataloader: Any) -> int:
+        """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
+        try:
+            return len(dataloader.dataset)
+        except (TypeError, AttributeError):
+            return len(dataloader) * self.args.per_device_train_batch_size
+
+    def num_tokens(self, train_dl: Any, max_steps: int | None = None) -> int:
+        """Tokens (``input_ids`` elements) in the training data, for ``include_tokens_per_second``."""
+        total = 0
+        for step, batch in enumerate(train_dl):
+            total += batch["input_ids"].numel() if "input_ids" in batch else 0
+            if max_steps is not None and step + 1 >= max_steps * self.args.gradient_accumulation_steps:
+                break
+        return total
+
+    # -------------------------------------------------------------------------------------------- training
+    def call_model_init(self, trial: Any = None) -> nn.Module:
+        """Call ``model_init`` (with the trial when it takes one)."""
+        takes_trial = len(inspect.signature(self.model_init).parameters) >= 1
+        with self.backend.model_init_context():
+            model = self.model_init(trial) if takes_trial else self.model_init()
+        if model is None:
+            raise RuntimeError("model_init should not return None; it must build and return the nn.Module")
+        return model
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
+              ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> TrainOutput:
+        """Run training; ``resume_from_checkpoint=True`` continues from the newest complete checkpoint, ``"auto"``
+        does the same when there is one and starts fresh otherwise, a path resumes from that checkpoint."""
+        if "model_path" in kwargs:
+            warnings.warn("`model_path` is deprecated, use `resume_from_checkpoint`", FutureWarning, stacklevel=2)
+            resume_from_checkpoint = kwargs.pop("model_path")
+        if kwargs:
+            raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
+        if resume_from_checkpoint is False:
+            resume_from_checkpoint = None
+        self._apply_trial_params(trial)  # a dict of hyper-parameters (Ray Tune, W&B sweeps) sets the arguments
+        self._memory_tracker.start()
+        self.is_in_train = True
+        if self.model_init is not None:
+            enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
+            self._adopt_model(self.call_model_init(trial))
+            self.optimizer, self.lr_scheduler = None, None
+        resume_from = self._resolve_resume(resume_from_checkpoint)
+        if self.args.train_batch_size != self._requested_batch_size:  # new arguments (a hyperparameter search trial)
+            self._train_batch_size = self._requested_batch_size = self.args.train_batch_size
+        try:
+            with self._preemption_scope():
+                if self.args.auto_find_batch_size:
+                    from ..loops.batch_size import train_finding_batch_size
+
+                    return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
+                                                    ignore_keys_for_eval=ignore_keys_for_eval)
+                from ..loops.train_loop import run_training
+
+                return run_training(self, resume_from=resume_from, trial=trial,
+                                    ignore_keys_for_eval=ignore_keys_for_eval)
+        finally:
+            self.is_in_train = False
+            train_hooks.detach(self)
+            self._release_output_dir()
+            self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
+
+    def _init_state(self, plan: TrainPlan) -> None:
+        """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
+        self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
+                                  is_world_process_zero=self.is_world_process_zero(),
+                                  stateful_callbacks=getattr(self.state, "stateful_callbacks", None) or {})
+        self.state.compute_steps(self.args, plan.max_steps)
+        self.state.max_steps = plan.max_steps
+        self.state.num_train_epochs = plan.num_epochs
+        self.state.train_batch_size = self._train_batch_size
+        self.state.epoch = 0.0
+        self.control = TrainerControl()
+        self.current_flos = 0.0
+        self._plan = plan
+
+    def _prepare_for_training(self, max_steps: int) -> nn.Module:
+        """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
+        if self.args.gradient_checkpointing:
+            enable_gradient_checkpointing(unwrap_model(self.model), self.args.gradient_checkpointing_kwargs)
+        self.backend.prepare_model(self.model, training=True)
+        self.model = self.backend.model
+        train_hooks.attach(self)  # neftune noise, underflow/overflow detector: none unless asked for
+        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
+        self.backend.num_training_steps = max_steps  # read by backends that build their own schedule (DeepSpeed)
+        self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
+        self.optimizer, self.lr_scheduler = self.backend.optimizer, self.backend.lr_scheduler  # ZeRO rebuilds them
+        self._adopt_input_dtype()
+        wrapped = self.backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
+        if self.args.torch_compile:
+            wrapped = compile_model(wrapped, self.args)
+        self.model_wrapped = wrapped
+        self.callback_handler.model = self.model
+        self.callback_handler.optimizer = self.optimizer
+        self.callback_handler.lr_scheduler = self.lr_scheduler
+        return wrapped
+
+    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
+                                 model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
+                                 start_time: float | None = None) -> None:
+        """Log, evaluate and save as ``self.control`` asks (in that order)."""
+        if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
+            self._log_training_window(tr_loss, grad_norm)
+        metrics = None
+        if self.control.should_evaluate:
+            try:
+                metrics = self._evaluate(trial, ignore_keys_for_eval)
+                # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
+                new_best = self._is_new_best(metrics)
+            except MissingMetricError as err:
+                model.train()
+                if self.control.should_save:  # the checkpoint due at this step is written before stopping
+                    folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)
+                    err.args = (f"{err.args[0]} The checkpoint of this step was saved first: {folder}",)
+                raise
+            model.train()
+            if new_best and self.args.save_strategy == SaveStrategy.BEST:
+                self.control.should_save = True
+        if self.control.should_save:
+            call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
+            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
+
+    def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
+        steps = self.state.global_step - self._loop.last_logged_step
+        window = self._loop.close_window(self.state.global_step)
+        if not math.isfinite(window) and not self._warned_non_finite:
+            # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
+            # StopOnNonFiniteLossCallback.
+            self._warned_non_finite = True
+            logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
+                           "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
+                           "diverge.", window, steps, self.state.global_step)
+        logs: dict[str, float] = {"loss": window / steps}
+        if grad_norm is not None:
+            logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
+        logs["learning_rate"] = self._logged_learning_rate()
+        self.store_flos()
+        self.log(logs)
+
+    @property
+    def _total_loss_scalar(self) -> float:
+        """The loss of the logged windows summed (upstream's attribute, read by some callbacks and subclasses)."""
+        return self._loop.total_loss if self._loop is not None else 0.0
+
+    @_total_loss_scalar.setter
+    def _total_loss_scalar(self, value: float) -> None:
+        if self._loop is not None:
+            self._loop.total_loss = value
+
+    @property
+    def _globalstep_last_logged(self) -> int:
+        """The global step of the last training log (upstream's attribute)."""
+        return self._loop.last_logged_step if self._loop is not None else 0
+
+    @_globalstep_last_logged.setter
+    def _globalstep_last_logged(self, value: int) -> None:
+        if self._loop is not None:
+            self._loop.last_logged_step = value
+
+    def _logged_learning_rate(self) -> float:
+        """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
+        used = self._step_learning_rate
+        return float(used) if used is not None else self._get_learning_rate()
+
+    def _get_learning_rate(self) -> float:
+        if self._scheduler_needs_metrics() or self.lr_scheduler is None:
+            return float(self.optimizer.param_groups[0]["lr"])
+        return float(self.lr_scheduler.get_last_lr()[0])
+
+    def _evaluate(self, trial: Any, ignore_keys: list[str] | None) -> dict[str, float]:
+        metrics = self.evaluate(ignore_keys=ignore_keys)
+        if self._scheduler_needs_metrics():
+            key = self.args.metric_for_best_model or "loss"
+            self.lr_scheduler.step(_metric_value(metrics, key))
+        return metrics
+
+    def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
+        """Record ``best_metric`` / ``best_global_step``; True when ``metrics`` improve on the best so far."""
+        name = self.args.metric_for_best_model
+        if not metrics or not name:
+            return False
+        value = _metric_value(metrics, name)
+        better = (lambda a, b: a > b) if self.args.greater_is_better else (lambda a, b: a < b)
+        if self.state.best_metric is None or better(value, self.state.best_metric):
+            self.state.best_metric = value
+            self.state.best_global_step = self.state.global_step
+            return True
+        return False
+
+    def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
+        """Final metrics, best-model reload, rotation, on_train_end."""
+        self._wait_for_checkpoint()  # async_save: the last (or preemption) save is committed before train() returns
+        steps = max(self.state.global_step, 1)
+        train_loss = self._loop.final_total() / steps
+        if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
+            self._load_best_model()
+        if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
+            num_samples = plan.num_examples * self.args.num_train_epochs
+        else:
+            num_samples = plan.max_steps * plan.total_train_batch_size
+        # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
+        # whole plan (the seeds' versions divided the planned max_steps by the runtime).
+        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
+        num_samples = num_samples * steps_run / max(plan.max_steps, 1)
+        tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
+        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
+                                          num_tokens=tokens)
+        self.store_flos()
+        metrics["total_flos"] = self.state.total_flos
+        metrics["train_loss"] = train_loss
+        metrics["epoch"] = self.state.epoch
+        self.is_in_train = False
+        self._memory_tracker.stop_and_update_metrics(metrics, stage="train")
+        self.log(metrics)
+        self._rotate_checkpoints_at_end()
+        self._finish_current_push()
+        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
+        return TrainOutput(self.state.global_step, train_loss, metrics)
+
+    def store_flos(self) -> None:
+        """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a
+        collective when several processes train: every rank calls it at the same log, save and end of training)."""
+        flos = self.current_flos
+        from ..runtime.distributed import get_world_size, is_dist, mean_across_ranks
+
+        if is_dist():
+            flos = float(mean_across_ranks(torch.tensor(flos, dtype=torch.float64, device=self.args.device))
+                         ) * get_world_size()
+        self.state.total_flos += flos
+        self.current_flos = 0.0
+
+    # ------------------------------------------------------------------------------------------- logging
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Record ``logs`` in ``state.log_history`` (with epoch and step) and send them to the callbacks."""
+        if self.state.epoch is not None:
+            logs["epoch"] = self.state.epoch
+        if self.args.include_num_input_tokens_seen:
+            logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
+        self.state.log_history.append({**logs, "step": self.state.global_step})
+        self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
+
+    def is_local_process_zero(self) -> bool:
+        """True on the first process of each node."""
+        return self.args.local_process_index == 0
+
+    def is_world_process_zero(self) -> bool:
+        """True on the first process of the whole job."""
+        return self.args.process_index == 0
+
+    def metrics_format(self, metrics: dict[str, float]) -> dict[str, Any]:
+        """Metrics formatted for humans (runtimes as h:mm:ss, memory in MB, flos in GF)."""
+        return reporting.metrics_format(metrics)
+
+    def log_metrics(self, split: str, metrics: dict[str, float]) -> None:
+        """Print ``metrics`` of ``split`` as an aligned table (main process only)."""
+        if self.is_world_process_zero():
+            print(reporting.format_metrics_table(split, metrics))
+
+    def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
+        """Write ``{split}_results.json`` (and merge into ``all_results.json``) in ``output_dir``."""
+        if self.is_world_process_zero():
+            reporting.save_metrics_json(self.args.output_dir, split, metrics, combined=combined)
+
+    def save_state(self) -> None:
+        """Write ``trainer_state.json`` in ``output_dir``."""
+        if self.is_world_process_zero():
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            self.state.save_to_json(Path(self.args.output_dir) / "trainer_state.json")
+
+    # ------------------------------------------------------------------------------------------- evaluation glue
+    def _model_for_eval(self) -> nn.Module:
+        """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
+        model = self.model
+        if not self.is_in_train and self.backend.caps.sharded_state:
+            # ZeRO-3 inference: the backend shards the model (a no-op when training already did)
+            engine = self.backend.prepare_model(model, training=False)
+            self._adopt_input_dtype()
+            return engine
+        if not self.is_in_train:
+            if self.args.fp16_full_eval:
+                model = model.to(dtype=torch.float16, device=self.args.device)
+            elif self.args.bf16_full_eval:
+                model = model.to(dtype=torch.bfloat16, device=self.args.device)
+            elif self.place_model_on_device:
+                model = model.to(self.args.device)
+        return model
+
+    def hyperparameter_search(self, hp_space: Callable[[Any], dict[str, Any]] | None = None,
+                              compute_objective: Callable[[dict[str, float]], Any] | None = None,
+                              n_trials: int = 20, direction: str | list[str] = "minimize", backend: Any = None,
+                              hp_name: Callable[[Any], str] | None = None, **kwargs: Any) -> Any:
+        """Search hyper-parameters with Optuna; returns the best ``BestRun`` (a list of them for several directions).
+
+        Needs ``model_init``. ``hp_space(trial)`` returns TrainingArguments overrides; each trial trains under
+        ``output_dir/run-<n>``, evaluates, and scores ``compute_objective(metrics)``; evaluations during training
+        feed the study's pruner. ``kwargs`` go to ``optuna.create_study`` (sampler, pruner, study_name, storage)
+        and ``Study.optimize`` (timeout...). The arguments and state are restored afterwards. See
+        :mod:`trainwell.hpsearch`.
+        """
+        from ..hpsearch import run_hyperparameter_search
+
+        return run_hyperparameter_search(self, hp_space=hp_space, compute_objective=compute_objective,
+                                         n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
+                                         **kwargs)
+
+    def _resume(self, folder: Path) -> DataPosition:
+        """Restore everything saved in ``folder``; returns where the data stream stood."""
+        return self._load_training_checkpoint(folder)

@@ -1,0 +1,98 @@
+"""Loss helpers: extracting the loss from a model's output, and label smoothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+
+def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]) -> torch.Tensor:
+    """The loss in ``outputs``: first element of a tuple/list, ``"loss"`` of a mapping, or a ``.loss`` attribute.
+
+    Raises a ValueError that says what the model must return (and whether the batch even had labels).
+    """
+    loss = None
+    if type(outputs) is dict:  # fast path for the most common output
+        loss = outputs.get("loss")
+        if isinstance(loss, torch.Tensor):
+            return loss
+    if isinstance(outputs, Mapping):
+        loss = outputs.get("loss")
+    elif isinstance(outputs, (tuple, list)):
+        loss = outputs[0] if outputs else None
+    elif isinstance(outputs, torch.Tensor) and outputs.dim() == 0:
+        loss = outputs
+    else:
+        loss = getattr(outputs, "loss", None)
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0 or isinstance(loss, torch.Tensor) and loss.numel() > 1:
+        return loss
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        raise ValueError(
+            f"The model returned its loss as a Python {type(loss).__name__} ({loss!r}), not a tensor: a float has no "
+            "gradient to train on. Return the loss tensor itself (no .item() or float()), e.g. "
+            "{'loss': torch.nn.functional.cross_entropy(logits, labels)}.")
+    keys = sorted(inputs) if isinstance(inputs, Mapping) else []
+    missing = [name for name in label_names if name not in keys]
+    hint = (f"the batch has no {missing} column (batch keys: {keys}); add labels to the dataset items, set "
+            f"label_names=[...], or override compute_loss" if missing else
+            f"the batch had keys {keys}")
+    kind = type(outputs).__name__ if not isinstance(outputs, Mapping) else f"a mapping with keys {sorted(outputs)}"
+    raise ValueError(
+        f"The model did not return a loss (it returned {kind}). A model trained by Trainer must return its loss "
+        f"when given labels: as the first element of a tuple, under 'loss' in a dict, or as `.loss`; {hint}."
+    )
+
+
+class LabelSmoother:
+    """Cross entropy with label smoothing ``epsilon`` over the model's logits, ignoring ``ignore_index`` labels."""
+
+    def __init__(self, epsilon: float = 0.1, ignore_index: int = -100) -> None:
+        self.epsilon = epsilon
+        self.ignore_index = ignore_index
+
+    def __call__(self, model_output: Any, labels: torch.Tensor, shift_labels: bool = False) -> torch.Tensor:
+        """Smoothed loss for ``labels`` (shifted by one for causal language models when ``shift_labels``)."""
+        if isinstance(model_output, Mapping):
+            logits = model_output["logits"]
+        elif isinstance(model_output, (tuple, list)):
+            logits = model_output[0]
+        else:
+            logits = model_output.logits
+        if shift_labels:
+            logits = logits[..., :-1, :].contiguous()
+            labels = labels[..., 1:].contiguous()
+        log_probs = -F.log_softmax(logits.float(), dim=-1)
+        if labels.dim() == log_probs.dim() - 1:
+            labels = labels.unsqueeze(-1)
+        padding_mask = labels.eq(self.ignore_index)
+        nll = log_probs.gather(dim=-1, index=labels.clamp(min=0)).masked_fill(padding_mask, 0.0)
+        smoothed = log_probs.sum(dim=-1, keepdim=True).masked_fill(padding_mask, 0.0)
+        num_active = padding_mask.numel() - padding_mask.long().sum()
+        nll = nll.sum() / num_active
+        smoothed = smoothed.sum() / (num_active * log_probs.shape[-1])
+        return (1 - self.epsilon) * nll + self.epsilon * smoothed
+
+
+def explain_rejected_labels(error: TypeError, model: Any, inputs: Mapping[str, Any],
+                            label_names: Sequence[str]) -> ValueError | None:
+    """The cause and the fix when ``model(**inputs)`` refused a label column (``forward(self, x)`` given a labelled
+    batch: Python only says "unexpected keyword argument 'labels'"); None for any other ``TypeError``."""
+    import inspect
+
+    from ..data.columns import unwrap_for_signature
+
+    rejected = [name for name in (*label_names, "labels") if name in inputs and f"'{name}'" in str(error)]
+    if "unexpected keyword argument" not in str(error) or not rejected:
+        return None
+    try:
+        signature = f"forward{inspect.signature(unwrap_for_signature(model).forward)}"
+    except (TypeError, ValueError):
+        signature = "forward"
+    name = rejected[0]
+    return ValueError(
+        f"The model's {signature} does not take {name!r}, but the batch has it (the dataset items carry labels). "
+        f"Let the model compute its loss: def forward(self, ..., {name}=None) returning {{'loss': ..., 'logits': "
+        f"...}}; or compute it outside the model with Trainer(compute_loss_func=...) or by overriding compute_loss.")
