@@ -262,3 +262,20 @@ def test_default_collator_renames_a_tensor_label_column_and_keeps_the_others():
     assert torch.equal(batch["ids"], torch.tensor([[0, 0], [1, 1], [2, 2]]))
     with pytest.raises(ValueError, match="could not stack the values of key 'x'"):
         default_data_collator([{"x": torch.zeros(2)}, {"x": torch.zeros(3)}])
+
+
+def test_a_handler_subclass_overriding_a_per_step_event_keeps_its_override():
+    from trainwell import DefaultFlowCallback, TrainerControl, TrainerState
+    from trainwell.callbacks.events import QUIET_EVENT, CallbackHandler
+
+    class Counting(CallbackHandler):
+        calls = 0
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            self.calls += 1
+            return super().on_optimizer_step(args, state, control, **kwargs)
+
+    handler = Counting([DefaultFlowCallback], model=None, processing_class=None, optimizer=None, lr_scheduler=None)
+    assert handler.on_optimizer_step is not QUIET_EVENT and handler.on_pre_optimizer_step is QUIET_EVENT
+    handler.on_optimizer_step(None, TrainerState(), TrainerControl())
+    assert handler.calls == 1
