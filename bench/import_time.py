@@ -25,8 +25,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-_SNIPPET = ("import time; t0 = time.perf_counter(); import torch; t1 = time.perf_counter(); {stmt}; "
-            "t2 = time.perf_counter(); print(t1 - t0, t2 - t1)")
+_SNIPPET = ("import time; t0 = time.perf_counter(); import torch; t1, c1 = time.perf_counter(), time.process_time(); "
+            "{stmt}; t2, c2 = time.perf_counter(), time.process_time(); print(t1 - t0, t2 - t1, c2 - c1)")
 STATEMENTS = {
     "trainwell": "from trainwell import Trainer, TrainingArguments",
     "transformers": "from transformers import Trainer, TrainingArguments",
@@ -49,21 +49,25 @@ def checkout_has_bytecode() -> bool:
     return any((REPO / "trainwell").rglob("__pycache__/*.pyc"))
 
 
-def measure(stmt: str, mode: str, repeats: int) -> tuple[float, float]:
-    """(median seconds of ``import torch``, median seconds ``stmt`` adds after it) over ``repeats`` interpreters."""
+def measure(stmt: str, mode: str, repeats: int) -> tuple[float, float, float]:
+    """Medians over ``repeats`` interpreters: seconds of ``import torch``, seconds ``stmt`` adds after it, and the
+    process CPU seconds it adds (steadier than the wall time on a busy machine)."""
     with tempfile.TemporaryDirectory(prefix="trainwell-pycache-") as cache_dir:
         env = _env(mode, cache_dir)
         if mode == "cached":  # untimed: writes the bytecode of everything the statement imports
             subprocess.run([sys.executable, "-c", _SNIPPET.format(stmt=stmt)], env=env, check=True,
-                           capture_output=True)
-        torch_times, added = [], []
+                           capture_output=True, cwd=REPO)
+        torch_times, added, cpu = [], [], []
         for _ in range(repeats):
+            # run in REPO: `python -c` puts the working directory first on sys.path, and another checkout there
+            # would be the trainwell imported
             out = subprocess.run([sys.executable, "-c", _SNIPPET.format(stmt=stmt)], env=env, check=True,
-                                 capture_output=True, text=True).stdout
-            first, second = (float(v) for v in out.split()[-2:])
+                                 capture_output=True, text=True, cwd=REPO).stdout
+            first, second, third = (float(v) for v in out.split()[-3:])
             torch_times.append(first)
             added.append(second)
-    return statistics.median(torch_times), statistics.median(added)
+            cpu.append(third)
+    return statistics.median(torch_times), statistics.median(added), statistics.median(cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         print("(trainwell/**/__pycache__ holds bytecode: the `source` lines read it; delete it to time compiling)")
     for name in ["trainwell", *ns.also]:
         for mode in ("cached", "source"):
-            torch_s, added = measure(STATEMENTS[name], mode, ns.repeats)
-            print(f"{name:<13} {mode:<7} import torch {torch_s:.3f} s, `{STATEMENTS[name]}` adds {added:.4f} s")
+            torch_s, added, cpu = measure(STATEMENTS[name], mode, ns.repeats)
+            print(f"{name:<13} {mode:<7} import torch {torch_s:.3f} s, `{STATEMENTS[name]}` adds {added:.4f} s "
+                  f"(process CPU {cpu:.4f} s)")
     return 0
 
 
