@@ -178,7 +178,8 @@ class CallbackHandler:
         self._listeners = {
             event: [cb for cb in self._callbacks if _listens(cb, event)] for event in EVENTS
         }
-        self._methods = {event: [getattr(cb, event) for cb in listeners] for event, listeners in self._listeners.items()}
+        self._methods = {event: [getattr(cb, event) for cb in listeners]
+                         for event, listeners in self._listeners.items()}
         for event, quiet in _QUIET_STEP_EVENTS.items():
             if self._listeners[event] or getattr(type(self), event) is not getattr(CallbackHandler, event):
                 self.__dict__.pop(event, None)  # the class's method fires them (a subclass's override too)

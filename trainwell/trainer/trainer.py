@@ -38,7 +38,7 @@ from ..utils.preflight import check_dataset, check_output_dir
 from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
 
-if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (see tests/test_overhead_guard.py)
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
     from ..loops.train_loop import DataPosition, LoopState, TrainPlan
 
