@@ -17,16 +17,21 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
-from ..data.loader import has_length
 from ..callbacks.events import QUIET_EVENT
+from ..data.loader import has_length
 from ..utils.overrides import accepts
 from ..utils.trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
 from .loss_scaling import WindowScaler, loss_divisors
+
+if TYPE_CHECKING:
+    from ..args.fields import TrainingArguments
+    from ..backends.base import Backend
+    from .contract import TrainLoopTrainer
 
 __all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
 
@@ -43,7 +48,7 @@ class TrainPlan:
     total_train_batch_size: int
 
 
-def plan_training(args: Any, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
+def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
     """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``.
 
     ``batch_size`` is the per-process batch size in use (``args.train_batch_size`` unless ``auto_find_batch_size``
@@ -90,7 +95,7 @@ def _filled_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
         yield group
 
 
-def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
+def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
     """The epoch's batches, starting ``skip_batches`` in: by seeking the sampler when it can, else by discarding."""
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = getattr(dataloader, "batch_sampler", None)
@@ -117,7 +122,8 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
         return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def _micro_batch_runner(trainer: Any, loop: LoopState, model: Any, count_tokens: bool) -> Callable[..., None]:
+def _micro_batch_runner(trainer: TrainLoopTrainer, loop: LoopState, model: Any,
+                        count_tokens: bool) -> Callable[..., None]:
     """The function running one micro-batch ``(inputs, num_items_in_batch, divisor)``: forward and backward through
     ``trainer.training_step``, then the loss, token and FLOP bookkeeping in ``loop`` and on the trainer.
 
@@ -151,8 +157,8 @@ def _micro_batch_runner(trainer: Any, loop: LoopState, model: Any, count_tokens:
     return run
 
 
-def _forward_backward(trainer: Any, micro_batch: Callable[..., None], group: Sequence[Any], scaler: WindowScaler,
-                      plain_single: bool) -> None:
+def _forward_backward(trainer: TrainLoopTrainer, micro_batch: Callable[..., None], group: Sequence[Any],
+                      scaler: WindowScaler, plain_single: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step (``micro_batch`` from
     :func:`_micro_batch_runner`).
 
@@ -172,21 +178,21 @@ def _forward_backward(trainer: Any, micro_batch: Callable[..., None], group: Seq
             trainer.control = cb.on_substep_end(args, state, trainer.control)
 
 
-def _training_step_takes_num_items(trainer: Any) -> bool:
+def _training_step_takes_num_items(trainer: TrainLoopTrainer) -> bool:
     """Whether ``trainer.training_step`` (maybe an override of an older upstream signature) takes
     ``num_items_in_batch``; read once per run, so each micro-batch calls it directly."""
     positional = accepts(trainer, "training_step").positional
     return positional is None or positional >= 3
 
 
-def _clip_norm(args: Any, backend: Any) -> float | None:
+def _clip_norm(args: TrainingArguments, backend: Backend) -> float | None:
     """The norm the loop clips gradients to (None: no clipping, or the engine clips inside its step)."""
     if args.max_grad_norm is None or args.max_grad_norm <= 0 or backend.caps.handles_grad_accumulation:
         return None
     return args.max_grad_norm
 
 
-def _optimizer_updater(trainer: Any, clip_norm: float | None, scheduler_per_step: bool,
+def _optimizer_updater(trainer: TrainLoopTrainer, clip_norm: float | None, scheduler_per_step: bool,
                        engine_clips: bool = False) -> Callable[[], torch.Tensor | None]:
     """The function that ends an optimizer step: clip, step the optimizer and the schedule, drop the gradients; it
     returns the gradient norm (None unclipped). Built once per run, with the backend's and the schedule's methods
@@ -224,17 +230,16 @@ def _optimizer_updater(trainer: Any, clip_norm: float | None, scheduler_per_step
     return update
 
 
-def _single_batch_is_plain(scaler: WindowScaler, backend: Any) -> bool:
+def _single_batch_is_plain(scaler: WindowScaler, backend: Backend) -> bool:
     """Whether a window of one micro-batch runs as it is: no items to count (the model's own mean, divided by 1) and
     nothing for the backend to do around it (its ``no_sync(True)`` is a no-op context)."""
     return scaler.single_batch_is_plain() and isinstance(backend.no_sync(True), contextlib.nullcontext)
 
 
-def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
-                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
-    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainPlan, Any, LoopState]:
+    """The run's dataloader, plan, prepared model and loop state (restored from ``resume_from`` when given)."""
     args = trainer.args
-    batch_size = getattr(trainer, "_train_batch_size", None) or args.train_batch_size
+    batch_size = trainer._train_batch_size or args.train_batch_size
     dataloader = trainer.get_train_dataloader()
     plan = plan_training(args, dataloader, args.world_size, batch_size)
     trainer._init_state(plan)
@@ -247,10 +252,18 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
                            world_size=args.world_size)
     trainer._loop = loop
     loop.step_takes_num_items = _training_step_takes_num_items(trainer)
-    state, cb = trainer.state, trainer.callback_handler
-    cb.train_dataloader = dataloader
-    tr_loss = loop.tr_loss
+    loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs (resumed: from here)
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
+    trainer.callback_handler.train_dataloader = dataloader
+    return dataloader, plan, model, loop
+
+
+def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: Any = None,
+                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
+    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+    dataloader, plan, model, loop = _start_run(trainer, resume_from)
+    args, state, cb = trainer.args, trainer.state, trainer.callback_handler
+    position, tr_loss = loop.position, loop.tr_loss
     scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
     trainer._step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
@@ -258,7 +271,6 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     clip_norm = _clip_norm(args, trainer.backend)
     engine_clips = trainer.backend.caps.handles_grad_accumulation
     batches_per_epoch = plan.micro_batches_per_epoch
-    trainer._steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:

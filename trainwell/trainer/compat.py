@@ -3,7 +3,7 @@
 ``accelerator`` (see :mod:`trainwell.trainer.accelerator`), ``deepspeed`` (the engine, once training has built it),
 ``is_deepspeed_enabled`` / ``is_fsdp_enabled``, ``get_num_trainable_parameters`` / ``get_learning_rates`` /
 ``get_optimizer_group``, and the application of ``train(trial=<dict>)`` hyper-parameters to the arguments. (The
-seeds' legacy ``prediction_loop`` lives with the evaluation loop it routes to, in :mod:`trainwell.loops.eval_loop`.)
+seeds' legacy ``prediction_loop`` is a Trainer method beside ``evaluation_loop``, which it routes to.)
 """
 
 from __future__ import annotations

@@ -28,15 +28,16 @@ from .hub import TrainerHub
 from ..data.loader import build_dataloader, has_length
 from ..callbacks.events import CallbackHandler
 from ..loops import train_hooks
-from ..loops.eval_loop import EvaluationMixin
+from ..loops import eval_loop
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
 from ..utils.model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          find_labels, forward_parameters, unwrap_model)
+                          find_labels, forward_parameters, is_causal_lm, unwrap_model)
 from ..utils.overrides import accepts, call_override
 from ..utils.preflight import check_dataset, check_output_dir
 from ..callbacks.state import TrainerControl, TrainerState
-from ..utils.trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
+from ..utils.trainer_utils import (EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
+                                   enable_full_determinism, seed_worker, set_seed)
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
@@ -131,7 +132,7 @@ def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dat
     check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
 
 
-class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
+class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
@@ -494,8 +495,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             self._past = outputs[self.args.past_index]
         if labels is not None and self.compute_loss_func is not None:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
-        elif labels is not None:
-            loss = self.label_smoother(outputs, labels)
+        elif labels is not None:  # a causal LM's logits predict the next label, as upstream smooths them
+            loss = self.label_smoother(outputs, labels, shift_labels=is_causal_lm(model))
         else:  # a dict holding the loss tensor (the common case) is read here; anything else by extract_loss
             loss = outputs.get("loss") if type(outputs) is dict else None
             if type(loss) is not torch.Tensor:
@@ -559,8 +560,10 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         across = bool(args.average_tokens_across_devices) and args.world_size > 1
         if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
             rule = LossRule(True, "labels", "compute_loss_func")
-        elif self.label_smoother is not None:  # a mean over the unshifted labels (LabelSmoother)
-            rule = LossRule(False, "labels", "label smoothing")
+        elif self.label_smoother is not None:  # a mean over the labels (LabelSmoother), shifted for a causal LM
+            shifted = is_causal_lm(self.model)
+            rule = LossRule(False, "shifted" if shifted else "labels",
+                            "label smoothing, causal LM" if shifted else "label smoothing")
         elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
             rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
         elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
@@ -802,7 +805,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             num_samples = plan.max_steps * plan.total_train_batch_size
         # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
         # whole plan (the seeds' versions divided the planned max_steps by the runtime).
-        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
+        steps_run = self.state.global_step - self._loop.steps_at_start
         num_samples = num_samples * steps_run / max(plan.max_steps, 1)
         tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
         metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
@@ -868,6 +871,52 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         if self.is_world_process_zero():
             os.makedirs(self.args.output_dir, exist_ok=True)
             self.state.save_to_json(Path(self.args.output_dir) / "trainer_state.json")
+
+    # ------------------------------------------------------------------------------------------- evaluation
+    # Upstream's method names (users override them), each delegating to trainwell.loops.eval_loop.
+    def get_eval_dataloader(self, eval_dataset: Dataset | str | None = None) -> Any:
+        """The evaluation DataLoader (sequential); ``eval_dataset`` may be a dataset or the name of one of a dict."""
+        return eval_loop.eval_dataloader(self, eval_dataset)
+
+    def get_test_dataloader(self, test_dataset: Dataset) -> Any:
+        """The prediction DataLoader for ``test_dataset`` (sequential)."""
+        return eval_loop.prediction_dataloader(self, test_dataset)
+
+    def evaluate(self, eval_dataset: Dataset | dict[str, Dataset] | str | None = None,
+                 ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Run evaluation and return the metrics (loss, compute_metrics results, speed, epoch), all prefixed.
+
+        A dict of datasets (passed here or given to the Trainer) evaluates each one with the prefix
+        ``f"{metric_key_prefix}_{name}"`` and returns the merged metrics.
+        """
+        return eval_loop.run_evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
+
+    def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "test") -> PredictionOutput:
+        """Predictions (padded with -100 when lengths differ), label ids and metrics (when labels are present)."""
+        return eval_loop.run_predict(self, test_dataset, ignore_keys, metric_key_prefix)
+
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
+        """The loop shared by ``evaluate`` and ``predict``; works with or without labels.
+
+        Returns numpy predictions / label ids (nested like the model's outputs), prefixed metrics and the
+        number of samples (``len(dataset)``, or the count seen while iterating a dataset without ``__len__``).
+        """
+        return eval_loop.run_evaluation(self, dataloader, description, prediction_loss_only=prediction_loss_only,
+                                        ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
+        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
+        return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
+                                    ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+        """One evaluation step: ``(loss, logits, labels)``, each optional (see
+        :func:`trainwell.loops.eval_loop.prediction_step`)."""
+        return eval_loop.prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
     # ------------------------------------------------------------------------------------------- evaluation glue
     def _model_for_eval(self) -> nn.Module:

@@ -1,0 +1,195 @@
+"""Messages that name the cause and the fix, and honest speed after a preemption (issue 17, items 4 and 5)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import RegressionModel, regression_data
+from trainwell import Trainer, TrainerCallback, TrainingArguments
+
+
+def _args(out: Path, **kwargs) -> TrainingArguments:
+    defaults = dict(output_dir=str(out), per_device_train_batch_size=4, report_to="none", disable_tqdm=True,
+                    logging_steps=1000)
+    return TrainingArguments(**{**defaults, **kwargs})
+
+
+class _SignalAt(TrainerCallback):
+    """Sends ``sig`` to this process at the end of step ``step`` (a real signal, as Ctrl-C or a scheduler sends)."""
+
+    def __init__(self, step: int, sig: int = signal.SIGTERM) -> None:
+        self.step, self.sig = step, sig
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            os.kill(os.getpid(), self.sig)
+
+
+# ------------------------------------------------------------------------------------- item 4: speed after a stop
+
+
+def _steps_and_samples(metrics: dict) -> tuple[float, float]:
+    runtime = metrics["train_runtime"]
+    return metrics["train_steps_per_second"] * runtime, metrics["train_samples_per_second"] * runtime
+
+
+def test_speed_after_a_preemption_and_after_a_resume_counts_the_steps_this_call_ran(tmp_path):
+    torch.manual_seed(0)
+    trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=500, save_steps=1000),
+                      train_dataset=regression_data(64), callbacks=[_SignalAt(3)])
+    result = trainer.train()
+    assert trainer.preempted and result.global_step == 3
+    steps, samples = _steps_and_samples(result.metrics)
+    assert steps == pytest.approx(3, rel=0.02) and samples == pytest.approx(12, rel=0.02)  # not 500 planned steps
+
+    torch.manual_seed(0)
+    resumed = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=8, save_steps=1000),
+                      train_dataset=regression_data(64))
+    result = resumed.train(resume_from_checkpoint=True)
+    assert result.global_step == 8
+    steps, samples = _steps_and_samples(result.metrics)
+    assert steps == pytest.approx(5, rel=0.02) and samples == pytest.approx(20, rel=0.02)  # from step 3 to 8
+
+
+# ------------------------------------------------------------------------------------------- item 5: messages
+
+
+class _FloatLoss(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, x, labels=None):
+        pred = self.linear(x).squeeze(-1)
+        return {"loss": float(((pred - labels) ** 2).mean()), "logits": pred}
+
+
+def test_a_python_float_loss_is_named_as_such(tmp_path):
+    trainer = Trainer(model=_FloatLoss(), args=_args(tmp_path, max_steps=1), train_dataset=regression_data(8))
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    first = str(err.value).splitlines()[0]
+    assert first.startswith("The model returned its loss as a Python float")
+    assert "no gradient" in first and "Return the loss tensor itself" in first
+
+
+class _NoLabels(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(2, 1)
+
+    def forward(self, x):
+        return {"logits": self.linear(x)}
+
+
+def test_forward_without_labels_given_a_labelled_dataset_explains(tmp_path):
+    trainer = Trainer(model=_NoLabels(), args=_args(tmp_path, max_steps=1), train_dataset=regression_data(8))
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    message = str(err.value)
+    assert message.startswith("The model's forward(x) does not take 'labels', but the batch has it")
+    assert "def forward(self, ..., labels=None)" in message and "compute_loss_func" in message
+    assert isinstance(err.value.__cause__, TypeError)  # Python's own message stays in the chain
+
+
+def test_metric_for_best_model_that_cannot_exist_is_refused_when_the_trainer_is_built(tmp_path):
+    args = _args(tmp_path, eval_strategy="steps", eval_steps=1, metric_for_best_model="accuracy")
+    with pytest.raises(ValueError, match=r"metric_for_best_model='accuracy' cannot be computed: without "
+                                         r"compute_metrics"):
+        Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(8),
+                eval_dataset=regression_data(8))
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+    for fine in ("loss", "eval_loss"):  # what an evaluation returns without compute_metrics
+        Trainer(model=RegressionModel(), args=_args(tmp_path, eval_strategy="steps", metric_for_best_model=fine),
+                train_dataset=regression_data(8), eval_dataset=regression_data(8))
+    Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(8), eval_dataset=regression_data(8),
+            compute_metrics=lambda p: {"accuracy": 1.0})
+
+
+def test_infinite_epochs_are_refused_by_the_arguments(tmp_path):
+    with pytest.raises(ValueError, match=r"num_train_epochs must be a finite number of epochs \(.*set max_steps.*got num_train_epochs=inf"):
+        _args(tmp_path, num_train_epochs=float("inf"))
+    assert _args(tmp_path, num_train_epochs=math.inf, max_steps=5).max_steps == 5  # max_steps decides
+
+
+class _InterruptTheSave:
+    """Wraps the checkpoint manager's save: a second Ctrl-C arrives while it writes (a real SIGINT)."""
+
+    def __init__(self, save):
+        self.save = save
+
+    def __call__(self, step, *args, **kwargs):
+        if step == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return self.save(step, *args, **kwargs)
+
+
+def test_a_second_ctrl_c_during_the_save_names_the_newest_valid_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=50, save_steps=1),
+                      train_dataset=regression_data(64), callbacks=[_SignalAt(2, signal.SIGINT)])
+    trainer._checkpoints.save = _InterruptTheSave(trainer._checkpoints.save)
+    with pytest.raises(KeyboardInterrupt) as err:
+        trainer.train()
+    assert str(err.value) == (f"second SIGINT during the save of step 2: quitting without that checkpoint; the newest "
+                              f"valid one is {tmp_path / 'checkpoint-1'}")
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-1"]
+
+
+# ---------------------------------------------------------------------------------------- a real full disk
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 6 MB tmpfs (root may mount one here); skipped where mounting is not permitted."""
+    folder = tmp_path / "small-disk"
+    folder.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command: a real full disk cannot be made here")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"mounting a 6 MB tmpfs is not permitted here ({done.stderr.strip()})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+class _Wide(nn.Module):
+    """4 MB of weights: model + AdamW state (12 MB) cannot fit on a 6 MB disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(1024, 1024)
+
+    def forward(self, x, labels=None):
+        return {"loss": self.linear(x).pow(2).mean()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_save_on_a_real_full_disk_says_disk_full_first(full_disk, async_save):
+    data = [{"x": torch.ones(1024)}] * 4
+    trainer = Trainer(model=_Wide(), args=_args(full_disk, max_steps=1, save_steps=1, async_save=async_save),
+                      train_dataset=data)
+    with pytest.raises((OSError, RuntimeError)) as err:
+        trainer.train()
+    first = str(err.value).splitlines()[0]
+    if async_save:
+        assert first.startswith(f"no space left on the disk of {full_disk} while writing checkpoint-1")
+        assert first.endswith("(the background save of checkpoint-1, async_save=True)")
+    else:
+        assert isinstance(err.value, OSError)
+        assert f"no space left on the disk of {full_disk} while writing checkpoint-1" in first
+    assert "newest: none" in first and "save_only_model=True" in first
+    assert not list(full_disk.glob("*checkpoint-1*"))  # the half-written folder was removed
