@@ -218,9 +218,13 @@ MAX_FUNCTION_LINES = 60
 # Modules over the budget, each with why; being shrunk by the restructure of issue 20 (trim this list when they are).
 LONG_MODULES: dict[str, str] = {
     "trainer/trainer.py": "the Trainer keeps every upstream method name; its parts are being split out (issue 20)",
+    "data/collators.py": "upstream's collators and their exact random draws, 605 lines since the C gather of the "
+                         "speed work; to split next (padding vs language modeling)",
 }
 # Functions over the budget, each with why.
 LONG_FUNCTIONS: dict[str, str] = {
+    "loops/train_loop.py:run_training": "the optimizer step reads top to bottom in one function (63 lines since the "
+                                        "speed work merged; the order of the step is documented once, there)",
     "checkpoint/commit.py:commit_checkpoint": "the multi-rank commit protocol, one transaction read top to bottom "
                                               "(write, barrier, record, seal, rename)",
     "trainer/trainer.py:Trainer.__init__": "upstream's constructor arguments, checked in upstream's order; its "

@@ -17,10 +17,6 @@ import torch
 from torch import nn
 
 from ..backends.base import WeightsNotGathered
-from ..checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME, TRAINING_ARGS_NAME, cleanup_incomplete,
-                                list_complete_checkpoints, list_foreign_checkpoints, list_resumable_checkpoints)
-from ..checkpoint.manager import CheckpointContents, CheckpointManager
-from ..loops.train_loop import DataPosition
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..callbacks.state import TrainerState
@@ -28,7 +24,9 @@ from ..callbacks.state import TrainerState
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ..checkpoint.async_save import AsyncSaver
     from ..checkpoint.lock import OutputDirLock, OutputDirLockedError
+    from ..checkpoint.manager import CheckpointContents
     from ..checkpoint.preemption import PreemptionGuard
+    from ..loops.train_loop import DataPosition
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -41,6 +39,8 @@ class TrainerCheckpointing:
     """Checkpoint methods of the Trainer (expects the Trainer's attributes: args, state, backend, model...)."""
 
     def _init_checkpointing(self) -> None:
+        from ..checkpoint.manager import CheckpointManager
+
         args = self.args
         self._checkpoints = CheckpointManager(args.output_dir, save_total_limit=args.save_total_limit,
                                               rank=args.process_index, world_size=args.world_size,
@@ -84,6 +84,8 @@ class TrainerCheckpointing:
         ``stream``: a sharded model's weights are gathered one tensor at a time while they are written (a
         synchronous save); otherwise (an asynchronous save's snapshot) they are gathered whole now.
         """
+        from ..checkpoint.manager import CheckpointContents
+
         # every rank's running loss is gathered (a collective: _contents runs on every rank at save time)
         data_state = self._loop.data_state(self.state.global_step) if tr_loss is not None else None
         sharded = self.backend.caps.sharded_state
@@ -102,6 +104,8 @@ class TrainerCheckpointing:
         Takes the ``output_dir`` lock first (world process zero; released by :meth:`_release_output_dir`), then
         removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone.
         """
+        from ..checkpoint.layout import cleanup_incomplete
+
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         self._lock_output_dir()
@@ -131,6 +135,8 @@ class TrainerCheckpointing:
     def _warn_earlier_run(self, resume_from: Path | None) -> None:
         """A fresh run into a folder holding an earlier run's checkpoints says so loudly: they are not this run's,
         and the newest of them stays what ``resume_from_checkpoint=True`` would pick."""
+        from ..checkpoint.layout import list_complete_checkpoints
+
         if resume_from is not None or not self.args.should_save or not self.args.output_dir:
             return
         earlier = list_complete_checkpoints(self.args.output_dir)
@@ -154,6 +160,8 @@ class TrainerCheckpointing:
 
         One command then serves the first attempt of a job and every requeued one; the choice is logged.
         """
+        from ..checkpoint.layout import list_resumable_checkpoints
+
         if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
             return resume_from_checkpoint
         found = list_resumable_checkpoints(self.args.output_dir) if self.args.output_dir else []
@@ -192,6 +200,8 @@ class TrainerCheckpointing:
 
     def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
         """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
+        from ..checkpoint.layout import list_foreign_checkpoints
+
         if not self.args.should_save or self.args.save_strategy == "no":
             return
         start = resume_from.resolve() if resume_from is not None else None
@@ -215,6 +225,7 @@ class TrainerCheckpointing:
     def _load_training_checkpoint(self, folder: Path) -> DataPosition:
         """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
         from ..backends.elastic import check_resumable
+        from ..loops.train_loop import DataPosition
 
         # another backend's optimizer state is refused now, on every rank, before anything is loaded
         check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
@@ -276,6 +287,8 @@ class TrainerCheckpointing:
     def _same_global_batch(self, data_state: dict[str, Any], folder: Path) -> bool:
         """Whether the checkpoint's run had this run's global batch and epoch, over another number of processes."""
         import json
+
+        from ..checkpoint.layout import TRAINING_ARGS_JSON_NAME
 
         try:
             saved_ga = json.loads((folder / TRAINING_ARGS_JSON_NAME).read_text()).get("gradient_accumulation_steps")
@@ -358,6 +371,8 @@ class TrainerCheckpointing:
         A second Ctrl-C during the save (a stop was already requested) quits at once, saying which checkpoint is
         left to resume from.
         """
+        from ..checkpoint.layout import list_complete_checkpoints
+
         try:
             return self._write_checkpoint(tr_loss)
         except KeyboardInterrupt:
@@ -448,6 +463,9 @@ class TrainerCheckpointing:
         saver = self._async_saver
         if saver is not None and saver.group is None:  # a failed background save surfaces at the next step
             saver.raise_if_failed()
+        guard = self._preemption
+        if guard is not None and not guard.requested and not self._preemption_collective:
+            return False  # one process and no signal (every step): _preemption_requested's answer, read inline
         if self.control.should_training_stop or not self._preemption_requested():
             return False
         step = self.state.global_step
@@ -496,6 +514,8 @@ class TrainerCheckpointing:
 
         A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
         """
+        from ..checkpoint.layout import TRAINING_ARGS_NAME
+
         output_dir = output_dir or self.args.output_dir
         try:  # a sharded model is gathered one tensor at a time while the writing rank writes it
             weights = self.backend.stream_state_dict(model_save=True) if self.backend.caps.sharded_state else None
@@ -549,3 +569,12 @@ def _rebuilt(callback: Any, entry: dict[str, Any]) -> Any:
 
 
 __all__ = ["TrainerCheckpointing", "TRAINER_STATE_NAME"]
+
+
+def __getattr__(name: str) -> Any:
+    """``TRAINER_STATE_NAME`` is still importable from here; read from the checkpoint layout on first use."""
+    if name == "TRAINER_STATE_NAME":
+        from ..checkpoint.layout import TRAINER_STATE_NAME
+
+        return TRAINER_STATE_NAME
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,48 +10,85 @@ import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from functools import partial
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
 from torch.utils.data import Dataset
 
 from ..utils import reporting
-from ..runtime.accelerate_env import apply_accelerate_env
 from ..args.fields import TrainingArguments
-from ..backends import build_backend
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.integrations import get_reporting_integration_callbacks
 from .checkpoints import TrainerCheckpointing
 from .compat import TrainerCompat
 from .hub import TrainerHub
-from ..data.collators import DataCollatorWithPadding, default_data_collator
-from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from ..data.loader import build_dataloader, has_length
-from ..runtime.distributed import all_gather_object
 from ..callbacks.events import CallbackHandler
 from ..loops import train_hooks
 from ..loops import eval_loop
-from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
-from ..loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
-from ..runtime.memory import TrainerMemoryTracker
 from ..utils.model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
                           find_labels, forward_parameters, is_causal_lm, unwrap_model)
-from ..optim.factory import create_optimizer as build_optimizer
-from ..optim.factory import get_decay_parameter_names
 from ..utils.overrides import accepts, call_override
 from ..utils.preflight import check_dataset, check_output_dir
-from ..optim.schedules import get_scheduler
 from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.trainer_utils import (EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
                                    enable_full_determinism, seed_worker, set_seed)
 
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
+    from ..loops.loss_scaling import WindowScaler
+    from ..loops.train_loop import DataPosition, LoopState, TrainPlan
+
 logger = logging.getLogger("trainwell.trainer.trainer")
 
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
+_ONLY_TENSORS = {torch.Tensor}
+_IS_CPU = attrgetter("is_cpu")
+
+
+def _no_flops(inputs: Any) -> int:
+    return 0
+
+
+def _flops_rule(model: nn.Module) -> Callable[[Any], int]:
+    """How :meth:`Trainer.floating_point_ops` counts for ``model``, decided once per model: the model's own
+    ``floating_point_ops``, else 6 x its non-embedding parameters x the elements of its main input (transformers
+    models), else 6 x its parameters x the items of the batch's first tensor."""
+    own = getattr(model, "floating_point_ops", None)
+    if own is not None:
+        return own
+    counter = getattr(model, "num_parameters", None)
+    if callable(counter):  # transformers 5 models have no floating_point_ops; upstream counts these parameters
+        return partial(_flops_by_main_input, getattr(model, "main_input_name", "input_ids"),
+                       6 * counter(exclude_embeddings=True))
+    return partial(_flops_by_first_tensor, 6 * count_parameters(unwrap_model(model)))
+
+
+def _flops_by_main_input(main_input: str, six_params: int, inputs: Any) -> int:
+    if isinstance(inputs, Mapping) and main_input in inputs:
+        return six_params * inputs[main_input].numel()
+    return _flops_by_first_tensor(six_params, inputs)
+
+
+def _flops_by_first_tensor(six_params: int, inputs: Any) -> int:
+    """6 x parameters (``six_params``) x the tokens of ``input_ids``, else of the batch's first tensor (one item per
+    row for features)."""
+    if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+        main = inputs.get("input_ids")
+        if main is None:
+            for main in inputs.values():  # the first tensor
+                if isinstance(main, torch.Tensor):
+                    break
+            else:
+                return 0
+        if main.is_floating_point():  # features, not tokens: one item per row
+            return six_params * (main.shape[0] if main.dim() else 1)
+        return six_params * main.numel()
+    return 0
 
 
 class MissingMetricError(KeyError):
@@ -127,6 +164,11 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         preprocess_logits_for_metrics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         tokenizer: Any = None,
     ) -> None:
+        from ..runtime.accelerate_env import apply_accelerate_env  # loaded by the first Trainer, not by the import
+        from ..backends import build_backend
+        from ..data.collators import DataCollatorWithPadding, default_data_collator
+        from ..runtime.memory import TrainerMemoryTracker
+
         if args is None:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
@@ -183,10 +225,8 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
         self._input_dtype: torch.dtype | None = None
-        self._num_params: int | None = None
         self._flops_owner: nn.Module | None = None
-        self._main_input: str | None = None
-        self._model_flops: Callable[[Any], int] | None = None
+        self._flops_rule: Callable[[Any], int] = _no_flops
         self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
         self._init_checkpointing()
         self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer.hub)
@@ -253,12 +293,16 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     # ---------------------------------------------------------------------------------------------------- data
     def _set_signature_columns_if_needed(self) -> list[str]:
+        from ..data.columns import signature_columns
+
         if self._signature_columns is None:
             self._signature_columns = signature_columns(self.model, self.label_names)
         return self._signature_columns
 
     def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
         """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
+        from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
+
         if dataset is None:
             raise ValueError(f"Trainer: this call requires a {description} dataset "
                              f"(pass `{description}_dataset=` to the Trainer or to the method)")
@@ -329,6 +373,8 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     # ------------------------------------------------------------------------------------- optimizer, scheduler
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
+        from ..optim.factory import get_decay_parameter_names
+
         return get_decay_parameter_names(model)
 
     def create_optimizer(self) -> torch.optim.Optimizer:
@@ -341,12 +387,16 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
                 cls, kwargs = self.optimizer_cls_and_kwargs
                 self.optimizer = cls(build_param_groups(model, self.args.weight_decay), **kwargs)
             else:
+                from ..optim.factory import create_optimizer as build_optimizer
+
                 self.optimizer = build_optimizer(model, self.args)
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
         if self.lr_scheduler is None:
+            from ..optim.schedules import get_scheduler
+
             kwargs = dict(self.args.lr_scheduler_kwargs or {})
             self.lr_scheduler = get_scheduler(
                 self.args.lr_scheduler_type, optimizer=optimizer or self.optimizer,
@@ -402,11 +452,10 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        for v in inputs.values():
-            if type(v) is not torch.Tensor or not v.is_cpu:
-                return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v)
-                        for k, v in inputs.items()}
-        return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        values = inputs.values()
+        if set(map(type, values)) == _ONLY_TENSORS and all(map(_IS_CPU, values)):  # checked in C, whatever the keys
+            return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
 
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
@@ -448,8 +497,10 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         elif labels is not None:  # a causal LM's logits predict the next label, as upstream smooths them
             loss = self.label_smoother(outputs, labels, shift_labels=is_causal_lm(model))
-        else:
-            loss = extract_loss(outputs, inputs, self.label_names)
+        else:  # a dict holding the loss tensor (the common case) is read here; anything else by extract_loss
+            loss = outputs.get("loss") if type(outputs) is dict else None
+            if type(loss) is not torch.Tensor:
+                loss = extract_loss(outputs, inputs, self.label_names)
         if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
                 (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
             # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
@@ -462,7 +513,11 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
         # per-micro-batch mean, so it is divided like any other.
-        takes_items = self._compute_loss_takes_num_items()
+        cached, method = self._loss_takes_items, self.compute_loss  # _compute_loss_takes_num_items' cache, inlined
+        if cached is not None and cached[0] is getattr(method, "__func__", method):
+            takes_items = cached[1]
+        else:
+            takes_items = self._compute_loss_takes_num_items()
         with self.compute_loss_context_manager():
             if takes_items:
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
@@ -470,13 +525,14 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
                 loss = self.compute_loss(model, inputs)
         if self._n_gpu > 1:
             loss = loss.mean()
-        scaled = self.loss_is_scaled_for_ga
-        if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
-            scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
         divisor = self.current_gradient_accumulation_steps
-        if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
-            # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
-            loss = loss / divisor
+        if type(divisor) is not int or divisor != 1:  # (the int 1 of a one-batch window divides nothing)
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
+                scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
+            if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
+                # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
+                loss = loss / divisor
         self.backend.backward(loss)
         return loss.detach()
 
@@ -497,6 +553,9 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _window_scaler(self, first_batch: Any) -> WindowScaler:
         """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
         ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+        from ..runtime.distributed import all_gather_object
+        from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
+
         args = self.args
         across = bool(args.average_tokens_across_devices) and args.world_size > 1
         if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
@@ -524,33 +583,23 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
         return int(main.numel()) if isinstance(main, torch.Tensor) else 0
 
+    def _flops_counter(self) -> Callable[[Any], int]:
+        """What the training loop calls per micro-batch for its FLOPs, read once per run: the rule for this model,
+        unless ``floating_point_ops`` is overridden (then the override)."""
+        method = self.floating_point_ops
+        if getattr(method, "__func__", None) is not Trainer.floating_point_ops:
+            return method
+        model = self.model
+        if self._flops_owner is not model:
+            self._flops_owner, self._flops_rule = model, _flops_rule(model)
+        return self._flops_rule
+
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module
-        if self._flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
-            self._flops_owner, self._model_flops = model, getattr(model, "floating_point_ops", None)
-            # transformers 5 models have no floating_point_ops; upstream counts their non-embedding parameters
-            counter = getattr(model, "num_parameters", None)
-            self._main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
-            self._num_params = counter(exclude_embeddings=True) if callable(counter) else None
-        if self._model_flops is not None:
-            return self._model_flops(inputs)
-        if self._main_input is not None and isinstance(inputs, Mapping) and self._main_input in inputs:
-            return 6 * inputs[self._main_input].numel() * self._num_params
-        if self._num_params is None:
-            self._num_params = count_parameters(unwrap_model(model))
-        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-            main = inputs.get("input_ids")
-            if main is None:
-                for main in inputs.values():  # the first tensor
-                    if isinstance(main, torch.Tensor):
-                        break
-                else:
-                    return 0
-            if main.is_floating_point():  # features, not tokens: one item per row
-                return 6 * self._num_params * (main.shape[0] if main.dim() else 1)
-            return 6 * self._num_params * main.numel()
-        return 0
+        if self._flops_owner is not model:  # the rule is picked once per model (nn.Module attribute misses are slow)
+            self._flops_owner, self._flops_rule = model, _flops_rule(model)
+        return self._flops_rule(inputs)
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
@@ -606,6 +655,8 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
 
                     return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
                                                     ignore_keys_for_eval=ignore_keys_for_eval)
+                from ..loops.train_loop import run_training
+
                 return run_training(self, resume_from=resume_from, trial=trial,
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
