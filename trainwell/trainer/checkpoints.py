@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -222,7 +222,7 @@ class TrainerCheckpointing:
         # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
         # trainwell.checkpoint.agreement.
         options = dict(load_trainer_state=TrainerState.load_from_json, engine_load=self.backend.load,
-                       engine_check=getattr(self.backend, "check_checkpoint", None), context=self._whole_parameters)
+                       engine_check=self.backend.check_checkpoint, context=self._whole_parameters)
         if self._resume_with_fallback:
             folder, result = self._checkpoints.load_latest_valid(contents, **options)
         else:
@@ -292,8 +292,7 @@ class TrainerCheckpointing:
 
     def _whole_parameters(self) -> Any:
         """A context in which a sharded backend's parameters are whole, so full weights load into them (ZeRO-3)."""
-        gathered = getattr(self.backend, "gathered_parameters", None)
-        return gathered() if gathered is not None else nullcontext()
+        return self.backend.gathered_parameters()
 
     def _adopt_state(self, loaded: TrainerState | None) -> None:
         if loaded is None:

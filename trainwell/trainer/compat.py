@@ -35,7 +35,7 @@ class TrainerCompat:
     def deepspeed(self) -> Any:
         """The DeepSpeed engine (``trainer.deepspeed.save_checkpoint(dir)``); None before training or without
         ``deepspeed=``."""
-        return getattr(self.backend, "engine", None)
+        return self.backend.engine
 
     @property
     def is_deepspeed_enabled(self) -> bool:

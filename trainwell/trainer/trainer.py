@@ -410,7 +410,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
         and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
-        self._input_dtype = getattr(self.backend, "input_dtype", None)
+        self._input_dtype = self.backend.input_dtype
         if self._input_dtype is not None:
             self._move_flat = self._move_flat_cast
         elif self._device.type == "cpu":
