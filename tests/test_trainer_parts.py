@@ -80,3 +80,76 @@ def test_auto_find_batch_size_is_refused_by_a_backend_that_fixes_the_micro_batch
     assert trainer.state.global_step == 0
     trainer.backend.caps = replace(trainer.backend.caps, fixed_micro_batch_size=False)
     assert trainer.train().global_step == 1  # the same trainer trains once the backend allows it
+
+
+# Private attributes trainwell sets on a Trainer with upstream's name and meaning (a subclass of upstream's Trainer
+# reading them finds what it expects there); every other private one is trainwell's own and starts with ``_tw_``.
+UPSTREAM_PRIVATE_ATTRIBUTES = {"_memory_tracker", "_past", "_train_batch_size", "_signature_columns"}
+
+
+def _train_save_resume(cls: type, tiny, make_args) -> tuple[list[float], list[str], Trainer]:
+    """Train 4 steps saving every 2, resume the last 2 from checkpoint-2, save the model: losses, files, trainer."""
+    args = make_args(max_steps=4, save_strategy="steps", save_steps=2, logging_steps=1, eval_strategy="steps",
+                     eval_steps=2)
+    data = tiny.regression_data(32)
+    torch.manual_seed(0)
+    trainer = cls(model=tiny.RegressionModel(), args=args, train_dataset=data, eval_dataset=data[:8])
+    trainer.train()
+    torch.manual_seed(1)  # other initial weights: the resume must replace them with checkpoint-2's
+    resumed = cls(model=tiny.RegressionModel(), args=args, train_dataset=data, eval_dataset=data[:8])
+    resumed.train(resume_from_checkpoint=str(Path(args.output_dir) / "checkpoint-2"))
+    resumed.save_model()
+    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
+    losses += [e["loss"] for e in resumed.state.log_history if "loss" in e and e["step"] > 2]
+    return losses, sorted(p.name for p in Path(args.output_dir).iterdir()), resumed
+
+
+class NamesLikeTrainwellsOwn(Trainer):
+    """A user subclass of upstream's Trainer with private names of its own that trainwell once used itself."""
+
+    def __init__(self, *args, **kwargs):
+        self._parts = ["mine"]
+        self._checkpoints, self._plan, self._device, self._async_saver = "mine", "mine", "mine", "mine"
+        super().__init__(*args, **kwargs)
+
+    def _loop(self):  # a method named like the attribute that held trainwell's loop state
+        return "my loop"
+
+    def _hub(self):
+        return "my hub"
+
+    _accelerator = "mine"
+    _input_dtype = "mine"
+    _step_learning_rate = "mine"
+
+
+def test_a_subclass_with_private_names_like_trainwells_trains_saves_and_resumes_as_the_trainer(tiny, make_args,
+                                                                                                tmp_path):
+    plain_losses, plain_files, _ = _train_save_resume(Trainer, tiny, make_args)
+    import shutil
+
+    shutil.rmtree(Path(make_args().output_dir))
+    losses, files, trainer = _train_save_resume(NamesLikeTrainwellsOwn, tiny, make_args)
+    assert losses == plain_losses and len(losses) == 4 + 2  # identical losses, the resumed steps included
+    assert losses[4:] == losses[2:4]  # the resume from checkpoint-2 retrains steps 3 and 4 exactly
+    assert files == plain_files and {"checkpoint-2", "checkpoint-4", "model.safetensors"} <= set(files)
+    assert trainer._loop() == "my loop" and trainer._hub() == "my hub" and trainer._parts == ["mine"]
+    assert (trainer._checkpoints, trainer._plan, trainer._device, trainer._async_saver) == ("mine",) * 4
+
+
+def test_trainwells_own_private_attributes_all_start_with_tw(tiny, make_args):
+    """After training, evaluating, saving and building the accelerator view, every private attribute on the
+    Trainer is upstream's or ``_tw_``-prefixed: a subclass's own ``_name`` cannot be overwritten by trainwell."""
+    args = make_args(max_steps=2, save_strategy="steps", save_steps=2, eval_strategy="steps", eval_steps=1,
+                     neftune_noise_alpha=None)
+    data = tiny.regression_data(16)
+    trainer = Trainer(model=tiny.RegressionModel(), args=args, train_dataset=data, eval_dataset=data[:8])
+    trainer.train()
+    trainer.evaluate()
+    trainer.predict(data[:4])
+    trainer.save_model()
+    assert trainer.accelerator.is_main_process
+    foreign = sorted(name for name in vars(trainer) if name.startswith("_") and not name.startswith("_tw_")
+                     and name not in UPSTREAM_PRIVATE_ATTRIBUTES)
+    assert not foreign, f"private Trainer attributes neither upstream's nor _tw_-prefixed: {foreign}"
+    assert {"_tw_checkpoints", "_tw_loop"} <= set(vars(trainer))

@@ -7,7 +7,7 @@ The loop is written against the Trainer's public (overridable) methods (``traini
     -> optimizer step -> on_optimizer_step -> scheduler step -> zero_grad -> on_step_end -> log / evaluate / save
 
 What the loop owns (the data position, the running losses) is one :class:`LoopState`, passed to the functions here
-and kept on the trainer as ``trainer._loop`` for logging, checkpoints and the final metrics.
+and kept on the trainer as ``trainer._tw_loop`` for logging, checkpoints and the final metrics.
 """
 
 from __future__ import annotations
@@ -171,12 +171,12 @@ def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step:
         grad_norm = backend.last_grad_norm()
     trainer.control = cb.on_optimizer_step(args, state, trainer.control)
     if stepped and scheduler_per_step:
-        trainer._step_learning_rate = trainer.lr_scheduler.get_last_lr()[0]  # what the step used: logged (upstream)
+        trainer._tw_step_learning_rate = trainer.lr_scheduler.get_last_lr()[0]  # what the step used: logged (upstream)
         trainer.lr_scheduler.step()
     else:  # the rate did not move: the logs read it as it is
-        trainer._step_learning_rate = None
+        trainer._tw_step_learning_rate = None
         if not stepped:
-            trainer._skipped_steps += 1
+            trainer._tw_skipped_steps += 1
     backend.zero_grad()
     return grad_norm
 
@@ -196,20 +196,20 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
                            accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
                            world_size=args.world_size)
-    trainer._loop = loop
+    trainer._tw_loop = loop
     loop.step_takes_num_items = _training_step_takes_num_items(trainer)
     state, cb = trainer.state, trainer.callback_handler
     cb.train_dataloader = dataloader
     tr_loss = loop.tr_loss
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
     scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
-    trainer._step_learning_rate = None
+    trainer._tw_step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
     engine_clips = trainer.backend.caps.handles_grad_accumulation
     batches_per_epoch = plan.micro_batches_per_epoch
-    trainer._steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
+    trainer._tw_steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -23,9 +23,7 @@ from ..args.fields import TrainingArguments
 from ..backends import build_backend
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.integrations import get_reporting_integration_callbacks
-from .checkpoints import TrainerCheckpointing
-from .compat import TrainerCompat
-from .hub import TrainerHub
+from .checkpoints import TrainerCheckpoints
 from ..data.collators import DataCollatorWithPadding, default_data_collator
 from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
 from ..data.loader import build_dataloader, has_length
@@ -46,7 +44,12 @@ from ..utils.overrides import accepts, call_override
 from ..utils.preflight import check_dataset, check_output_dir
 from ..optim.schedules import get_scheduler
 from ..callbacks.state import TrainerControl, TrainerState
-from ..utils.trainer_utils import SaveStrategy, TrainOutput, enable_full_determinism, seed_worker, set_seed
+from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput, enable_full_determinism,
+                                   seed_worker, set_seed)
+
+if TYPE_CHECKING:
+    from .accelerator import TrainerAccelerator
+    from .hub import TrainerHub
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -94,11 +97,17 @@ def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dat
     check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
 
 
-class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
+class Trainer(EvaluationMixin):
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
     ``compute_loss``, ``training_step``, ``create_optimizer``, ``get_train_dataloader``... exactly as there.
+
+    It is composed of parts with explicit inputs, each the one attribute holding its state: the checkpoints
+    (``_tw_checkpoints``, :mod:`trainwell.trainer.checkpoints`), the hub (``_tw_hub``, :mod:`trainwell.trainer.hub`),
+    the ``accelerator`` emulation; the upstream methods delegate to them in a few lines. trainwell's own private
+    attributes all start with ``_tw_`` (the others are upstream's, with upstream's meaning), so that a subclass's own
+    names (``_loop``, ``_parts``...) never collide with them.
     """
 
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
@@ -141,7 +150,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self.model_init = model_init
         self.backend = build_backend(args)
-        self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
+        self._tw_device, self._tw_n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
         model = self._initial_model(model, model_init)
         self.processing_class = processing_class
         if data_collator is None:
@@ -174,21 +183,22 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
                                                 self.optimizer, self.lr_scheduler)
         self.is_in_train = False
         self.current_flos = 0.0
-        self._skipped_steps = 0
-        self._warned_non_finite = False
-        self._step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
+        self._tw_skipped_steps = 0
+        self._tw_warned_non_finite = False
+        self._tw_step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
-        self._train_batch_size = self._requested_batch_size = args.train_batch_size
-        self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
+        self._train_batch_size = self._tw_requested_batch_size = args.train_batch_size
+        self._tw_loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
-        self._input_dtype: torch.dtype | None = None
-        self._num_params: int | None = None
-        self._flops_owner: nn.Module | None = None
-        self._main_input: str | None = None
-        self._model_flops: Callable[[Any], int] | None = None
-        self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
-        self._init_checkpointing()
-        self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer.hub)
+        self._tw_input_dtype: torch.dtype | None = None
+        self._tw_num_params: int | None = None
+        self._tw_flops_owner: nn.Module | None = None
+        self._tw_main_input: str | None = None
+        self._tw_model_flops: Callable[[Any], int] | None = None
+        self._tw_loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
+        self._tw_checkpoints = TrainerCheckpoints(self, args=args, backend=self.backend)
+        self._tw_hub: TrainerHub | None = None  # built at its first use (see _tw_hub_part)
+        self._tw_accelerator: TrainerAccelerator | None = None
         if args.push_to_hub:
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
@@ -365,9 +375,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     # ------------------------------------------------------------------------------------------- the step
     def _prepare_input(self, data: Any) -> Any:
         if isinstance(data, torch.Tensor):
-            if self._input_dtype is not None and (data.is_floating_point() or data.is_complex()):
-                return data.to(self._device, dtype=self._input_dtype, non_blocking=True)
-            return data.to(self._device, non_blocking=True)
+            if self._tw_input_dtype is not None and (data.is_floating_point() or data.is_complex()):
+                return data.to(self._tw_device, dtype=self._tw_input_dtype, non_blocking=True)
+            return data.to(self._tw_device, non_blocking=True)
         if isinstance(data, Mapping):
             return type(data)({k: self._prepare_input(v) for k, v in data.items()})
         if isinstance(data, (tuple, list)):
@@ -377,7 +387,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
         if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
-            return self._move_flat(inputs)
+            return self._tw_move_flat(inputs)
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
@@ -386,20 +396,20 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             inputs["mems"] = self._past
         return inputs
 
-    def _move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """A flat batch to the device (replaced by :meth:`_move_flat_cast` once a backend names an input dtype)."""
-        device = self._device
+    def _tw_move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch to the device (replaced by :meth:`_tw_move_flat_cast` once a backend names an input dtype)."""
+        device = self._tw_device
         return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
                 for k, v in inputs.items()}
 
-    def _move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
+    def _tw_move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch to the device, floating-point tensors cast to the engine's dtype (DeepSpeed, as upstream)."""
-        device, dtype = self._device, self._input_dtype
+        device, dtype = self._tw_device, self._tw_input_dtype
         return {k: (v.to(device, dtype=dtype, non_blocking=True) if v.is_floating_point() or v.is_complex()
                     else v.to(device, non_blocking=True)) if isinstance(v, torch.Tensor) else self._prepare_input(v)
                 for k, v in inputs.items()}
 
-    def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
+    def _tw_keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
         for v in inputs.values():
             if type(v) is not torch.Tensor or not v.is_cpu:
@@ -410,13 +420,13 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
         and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
-        self._input_dtype = self.backend.input_dtype
-        if self._input_dtype is not None:
-            self._move_flat = self._move_flat_cast
-        elif self._device.type == "cpu":
-            self._move_flat = self._keep_flat_on_cpu
+        self._tw_input_dtype = self.backend.input_dtype
+        if self._tw_input_dtype is not None:
+            self._tw_move_flat = self._tw_move_flat_cast
+        elif self._tw_device.type == "cpu":
+            self._tw_move_flat = self._tw_keep_flat_on_cpu
         else:
-            self.__dict__.pop("_move_flat", None)  # the class's mover (an earlier run may have chosen another)
+            self.__dict__.pop("_tw_move_flat", None)  # the class's mover (an earlier run may have chosen another)
 
     def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
         """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
@@ -467,7 +477,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
             else:
                 loss = self.compute_loss(model, inputs)
-        if self._n_gpu > 1:
+        if self._tw_n_gpu > 1:
             loss = loss.mean()
         scaled = self.loss_is_scaled_for_ga
         if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
@@ -483,11 +493,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
         method = self.compute_loss
         func = getattr(method, "__func__", method)
-        cached = self._loss_takes_items
+        cached = self._tw_loss_takes_items
         if cached is not None and cached[0] is func:  # per micro-batch: the answer of the same function is kept
             return cached[1]
         takes = accepts(self, "compute_loss").takes("num_items_in_batch")
-        self._loss_takes_items = (func, takes)
+        self._tw_loss_takes_items = (func, takes)
         return takes
 
     def _needs_num_items_in_batch(self) -> bool:
@@ -524,18 +534,18 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module
-        if self._flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
-            self._flops_owner, self._model_flops = model, getattr(model, "floating_point_ops", None)
+        if self._tw_flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
+            self._tw_flops_owner, self._tw_model_flops = model, getattr(model, "floating_point_ops", None)
             # transformers 5 models have no floating_point_ops; upstream counts their non-embedding parameters
             counter = getattr(model, "num_parameters", None)
-            self._main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
-            self._num_params = counter(exclude_embeddings=True) if callable(counter) else None
-        if self._model_flops is not None:
-            return self._model_flops(inputs)
-        if self._main_input is not None and isinstance(inputs, Mapping) and self._main_input in inputs:
-            return 6 * inputs[self._main_input].numel() * self._num_params
-        if self._num_params is None:
-            self._num_params = count_parameters(unwrap_model(model))
+            self._tw_main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
+            self._tw_num_params = counter(exclude_embeddings=True) if callable(counter) else None
+        if self._tw_model_flops is not None:
+            return self._tw_model_flops(inputs)
+        if self._tw_main_input is not None and isinstance(inputs, Mapping) and self._tw_main_input in inputs:
+            return 6 * inputs[self._tw_main_input].numel() * self._tw_num_params
+        if self._tw_num_params is None:
+            self._tw_num_params = count_parameters(unwrap_model(model))
         if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
             main = inputs.get("input_ids")
             if main is None:
@@ -545,8 +555,8 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
                 else:
                     return 0
             if main.is_floating_point():  # features, not tokens: one item per row
-                return 6 * self._num_params * (main.shape[0] if main.dim() else 1)
-            return 6 * self._num_params * main.numel()
+                return 6 * self._tw_num_params * (main.shape[0] if main.dim() else 1)
+            return 6 * self._tw_num_params * main.numel()
         return 0
 
     def num_examples(self, dataloader: Any) -> int:
@@ -593,11 +603,11 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
             self._adopt_model(self.call_model_init(trial))
             self.optimizer, self.lr_scheduler = None, None
-        resume_from = self._resolve_resume(resume_from_checkpoint)
-        if self.args.train_batch_size != self._requested_batch_size:  # new arguments (a hyperparameter search trial)
-            self._train_batch_size = self._requested_batch_size = self.args.train_batch_size
+        resume_from = self._tw_checkpoints.resolve_resume(resume_from_checkpoint)
+        if self.args.train_batch_size != self._tw_requested_batch_size:  # new arguments (a hyperparameter search trial)
+            self._train_batch_size = self._tw_requested_batch_size = self.args.train_batch_size
         try:
-            with self._preemption_scope():
+            with self._tw_checkpoints.preemption_scope():
                 if self.args.auto_find_batch_size:
                     from ..loops.batch_size import train_finding_batch_size
 
@@ -608,7 +618,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         finally:
             self.is_in_train = False
             train_hooks.detach(self)
-            self._release_output_dir()
+            self._tw_checkpoints.release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
 
     def _init_state(self, plan: TrainPlan) -> None:
@@ -623,7 +633,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self.state.epoch = 0.0
         self.control = TrainerControl()
         self.current_flos = 0.0
-        self._plan = plan
+        self._tw_plan = plan
 
     def _prepare_for_training(self, max_steps: int) -> nn.Module:
         """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
@@ -672,12 +682,12 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
-        steps = self.state.global_step - self._loop.last_logged_step
-        window = self._loop.close_window(self.state.global_step)
-        if not math.isfinite(window) and not self._warned_non_finite:
+        steps = self.state.global_step - self._tw_loop.last_logged_step
+        window = self._tw_loop.close_window(self.state.global_step)
+        if not math.isfinite(window) and not self._tw_warned_non_finite:
             # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
             # StopOnNonFiniteLossCallback.
-            self._warned_non_finite = True
+            self._tw_warned_non_finite = True
             logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
                            "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
                            "diverge.", window, steps, self.state.global_step)
@@ -691,26 +701,26 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
     @property
     def _total_loss_scalar(self) -> float:
         """The loss of the logged windows summed (upstream's attribute, read by some callbacks and subclasses)."""
-        return self._loop.total_loss if self._loop is not None else 0.0
+        return self._tw_loop.total_loss if self._tw_loop is not None else 0.0
 
     @_total_loss_scalar.setter
     def _total_loss_scalar(self, value: float) -> None:
-        if self._loop is not None:
-            self._loop.total_loss = value
+        if self._tw_loop is not None:
+            self._tw_loop.total_loss = value
 
     @property
     def _globalstep_last_logged(self) -> int:
         """The global step of the last training log (upstream's attribute)."""
-        return self._loop.last_logged_step if self._loop is not None else 0
+        return self._tw_loop.last_logged_step if self._tw_loop is not None else 0
 
     @_globalstep_last_logged.setter
     def _globalstep_last_logged(self, value: int) -> None:
-        if self._loop is not None:
-            self._loop.last_logged_step = value
+        if self._tw_loop is not None:
+            self._tw_loop.last_logged_step = value
 
     def _logged_learning_rate(self) -> float:
         """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
-        used = self._step_learning_rate
+        used = self._tw_step_learning_rate
         return float(used) if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
@@ -740,9 +750,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
-        self._wait_for_checkpoint()  # async_save: the last (or preemption) save is committed before train() returns
+        self._tw_checkpoints.wait()  # async_save: the last (or preemption) save is committed before train() returns
         steps = max(self.state.global_step, 1)
-        train_loss = self._loop.final_total() / steps
+        train_loss = self._tw_loop.final_total() / steps
         if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
             self._load_best_model()
         if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
@@ -751,9 +761,9 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
             num_samples = plan.max_steps * plan.total_train_batch_size
         # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
         # whole plan (the seeds' versions divided the planned max_steps by the runtime).
-        steps_run = self.state.global_step - getattr(self, "_steps_at_start", 0)
+        steps_run = self.state.global_step - getattr(self, "_tw_steps_at_start", 0)
         num_samples = num_samples * steps_run / max(plan.max_steps, 1)
-        tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
+        tokens = self._tw_loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
         metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
                                           num_tokens=tokens)
         self.store_flos()
@@ -763,7 +773,7 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
         self.is_in_train = False
         self._memory_tracker.stop_and_update_metrics(metrics, stage="train")
         self.log(metrics)
-        self._rotate_checkpoints_at_end()
+        self._rotate_checkpoints(output_dir=self.args.output_dir)
         self._finish_current_push()
         self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
         return TrainOutput(self.state.global_step, train_loss, metrics)
@@ -856,4 +866,169 @@ class Trainer(EvaluationMixin, TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _resume(self, folder: Path) -> DataPosition:
         """Restore everything saved in ``folder``; returns where the data stream stood."""
-        return self._load_training_checkpoint(folder)
+        return self._tw_checkpoints.load(folder, self._tw_plan)
+
+    def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
+        """After each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True."""
+        return self._tw_checkpoints.stop_if_preempted(model, trial, tr_loss)
+
+    # ------------------------------------------------------------------- checkpoints (trainer.checkpoints part)
+    def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
+        """Write ``checkpoint-<global_step>`` atomically (every resumable state), then rotate old ones."""
+        return self._tw_checkpoints.save(model, trial, tr_loss=tr_loss, loop=self._tw_loop)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the model weights (``model.safetensors``, sharded above 5GB), the arguments and the processing class.
+
+        A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
+        """
+        self._tw_checkpoints.save_model(output_dir, _internal_call=_internal_call)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """Load the model weights of the checkpoint folder ``resume_from_checkpoint`` (into ``model`` if given)."""
+        self._tw_checkpoints.load_weights(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
+        self._tw_checkpoints.load_best_model()
+
+    def _sorted_checkpoints(self, output_dir: str | None = None, checkpoint_prefix: str = PREFIX_CHECKPOINT_DIR,
+                            use_mtime: bool = False) -> list[str]:
+        """trainwell's complete checkpoints in ``output_dir``, oldest first, the best one kept off the front."""
+        return self._tw_checkpoints.sorted_checkpoints(output_dir, checkpoint_prefix, use_mtime=use_mtime)
+
+    def _rotate_checkpoints(self, use_mtime: bool = False, output_dir: str | None = None) -> None:
+        """Delete the oldest of trainwell's checkpoints beyond ``save_total_limit`` (never the best one)."""
+        self._tw_checkpoints.rotate(output_dir, use_mtime=use_mtime)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the last ``train()`` stopped on SIGTERM/SIGINT (after saving a checkpoint)."""
+        return self._tw_checkpoints.preempted
+
+    @property
+    def preempted_by(self) -> str | None:
+        """The name of the signal that stopped the last ``train()`` (``"SIGTERM"``), else None."""
+        return self._tw_checkpoints.preempted_by
+
+    @property
+    def preemption_sync_steps(self) -> int:
+        """With several processes, the ranks agree on a stop every this many optimizer steps (default 10)."""
+        return self._tw_checkpoints.preemption_sync_steps
+
+    @preemption_sync_steps.setter
+    def preemption_sync_steps(self, value: int) -> None:
+        self._tw_checkpoints.preemption_sync_steps = value
+
+    # --------------------------------------------------------------------------------- hub (trainer.hub part)
+    def _tw_hub_part(self) -> TrainerHub:
+        if self._tw_hub is None:
+            from .hub import TrainerHub
+
+            self._tw_hub = TrainerHub(self)
+        return self._tw_hub
+
+    @property
+    def hub_model_id(self) -> str | None:
+        """The hub repository ``init_hf_repo`` created (None before)."""
+        return self._tw_hub.model_id if self._tw_hub is not None else None
+
+    @hub_model_id.setter
+    def hub_model_id(self, value: str | None) -> None:
+        self._tw_hub_part().model_id = value
+
+    @property
+    def push_in_progress(self) -> Any:
+        """The checkpoint pushes running in the background (``is_done()``, ``wait_until_done()``), or None."""
+        return self._tw_hub.push_in_progress if self._tw_hub is not None else None
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        """Create (or reuse) the hub repository ``args.hub_model_id`` (default: ``output_dir``'s name)."""
+        self._tw_hub_part().init_repo(token=token, private=private)
+
+    def create_model_card(self, language: str | None = None, license: str | None = None,
+                          tags: str | list[str] | None = None, model_name: str | None = None,
+                          finetuned_from: str | None = None, tasks: str | list[str] | None = None,
+                          dataset_tags: str | list[str] | None = None, dataset: str | list[str] | None = None,
+                          dataset_args: str | list[str] | None = None) -> None:
+        """Write ``output_dir/README.md``: metadata, the training hyper-parameters and the evaluation results."""
+        self._tw_hub_part().create_model_card(language=language, license=license, tags=tags, model_name=model_name,
+                                      finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags,
+                                      dataset=dataset, dataset_args=dataset_args)
+
+    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
+                    token: str | None = None, revision: str | None = None, private: bool | None = None,
+                    **kwargs: Any) -> Any:
+        """Save the model and upload ``output_dir`` (no checkpoints) with a model card to ``hub_model_id``.
+
+        Returns the ``CommitInfo`` (a future of it with ``blocking=False``); None on the other processes.
+        ``kwargs`` go to :meth:`create_model_card`.
+        """
+        return self._tw_hub_part().push_to_hub(commit_message=commit_message, blocking=blocking, token=token,
+                                       revision=revision, private=private, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str | os.PathLike) -> None:
+        """After a checkpoint save: copy its model files to ``output_dir`` and push in the background."""
+        if self.args.push_to_hub:
+            self._tw_hub_part().push_from_checkpoint(checkpoint_folder)
+
+    def _finish_current_push(self) -> None:
+        """Wait for a running background push (end of training, before a final push)."""
+        if self._tw_hub is not None:
+            self._tw_hub.finish_current_push()
+
+    # ------------------------------------------------------------------------ upstream compatibility surface
+    @property
+    def accelerator(self) -> TrainerAccelerator:
+        """An object answering the ``accelerate.Accelerator`` calls user code makes (``gather``,
+        ``is_main_process``, ``unwrap_model``, ``wait_for_everyone``, ``backward``, ``device``...)."""
+        if self._tw_accelerator is None:
+            from .accelerator import TrainerAccelerator
+
+            self._tw_accelerator = TrainerAccelerator(self)
+        return self._tw_accelerator
+
+    @property
+    def deepspeed(self) -> Any:
+        """The DeepSpeed engine (``trainer.deepspeed.save_checkpoint(dir)``); None before training or without
+        ``deepspeed=``."""
+        return self.backend.engine
+
+    @property
+    def is_deepspeed_enabled(self) -> bool:
+        """True when ``args.deepspeed`` is set."""
+        return self.args.deepspeed is not None
+
+    @property
+    def is_fsdp_enabled(self) -> bool:
+        """True when ``args.fsdp`` is set."""
+        return bool(self.args.fsdp)
+
+    def get_num_trainable_parameters(self) -> int:
+        """Number of parameters with ``requires_grad``."""
+        from .compat import num_trainable_parameters
+
+        return num_trainable_parameters(self.model)
+
+    def get_learning_rates(self) -> list[float]:
+        """The learning rate of each parameter group of the optimizer."""
+        from .compat import learning_rates
+
+        return learning_rates(self.optimizer)
+
+    def get_optimizer_group(self, param: nn.Parameter | str | None = None) -> Any:
+        """The optimizer's parameter groups, or the group holding ``param``."""
+        from .compat import optimizer_group
+
+        return optimizer_group(self.optimizer, param)
+
+    def _apply_trial_params(self, trial: Any) -> None:
+        """``train(trial=<dict>)``: set each hyper-parameter on the arguments, as upstream does for Ray/W&B trials
+        (a validated copy; a name the Trainer reads only when it is built is refused with an error naming it)."""
+        from .compat import trial_arguments_from
+
+        args = trial_arguments_from(self.args, trial)
+        if args is not None:
+            self.args = args
+            self._tw_checkpoints = self._tw_checkpoints.renewed(args)
+            self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
