@@ -17,6 +17,8 @@ from .trainer import Trainer
 from ..utils.trainer_utils import PredictionOutput
 
 PAD_INDEX = -100
+# GenerationConfig's max_length when neither the model's config nor the call sets one
+DEFAULT_MAX_LENGTH = 20
 
 
 def _pad_to_length(tensor: torch.Tensor, length: int, pad_value: int) -> torch.Tensor:
@@ -26,6 +28,36 @@ def _pad_to_length(tensor: torch.Tensor, length: int, pad_value: int) -> torch.T
     padded = tensor.new_full((*tensor.shape[:-1], length), pad_value)
     padded[..., : tensor.shape[-1]] = tensor
     return padded
+
+
+def _generation_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The inputs ``generate`` gets: all but the labels, and without ``decoder_input_ids`` /
+    ``decoder_attention_mask`` when those were made from the labels (same shape), so that generation starts fresh
+    instead of continuing the padded targets; decoder ids of another shape are a prompt, and kept."""
+    out = {k: v for k, v in inputs.items() if k != "labels"}
+    labels, decoder_ids = inputs.get("labels"), inputs.get("decoder_input_ids")
+    if labels is not None and decoder_ids is not None and getattr(labels, "shape", None) == decoder_ids.shape:
+        out.pop("decoder_input_ids")
+        out.pop("decoder_attention_mask", None)
+    return out
+
+
+def _padded_length(generation_config: Any, gen_kwargs: dict[str, Any], length: int) -> int | None:
+    """The width generated ids and labels are padded to (upstream's rule): the model's generation-config
+    ``max_length`` (20 when unset: ``GenerationConfig``'s default), else ``max_new_tokens + 1``; without a
+    generation config (a model with its own ``generate``), the ``max_length`` given to generate."""
+    if generation_config is None:
+        return gen_kwargs.get("max_length")
+    get = generation_config.get if isinstance(generation_config, dict) else \
+        lambda key: getattr(generation_config, key, None)
+    max_length = get("max_length")
+    max_length = DEFAULT_MAX_LENGTH if max_length is None else max_length
+    if length < max_length:
+        return max_length
+    max_new_tokens = get("max_new_tokens")
+    if max_new_tokens is not None and length < max_new_tokens + 1:
+        return max_new_tokens + 1
+    return None
 
 
 class Seq2SeqTrainer(Trainer):
@@ -108,31 +140,54 @@ class Seq2SeqTrainer(Trainer):
 
     def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
                         ignore_keys: list[str] | None = None, **gen_kwargs: Any) -> tuple[Any, Any, Any]:
-        """Generate (with ``predict_with_generate``) and return ``(loss, generated_tokens, labels)``."""
+        """Generate (with ``predict_with_generate``) and return ``(loss, generated_tokens, labels)``.
+
+        As upstream: the loss is the model's forward on the inputs and labels; ``decoder_input_ids`` (and
+        ``decoder_attention_mask``) made from the labels are left out of generation; the generated ids and the labels
+        are padded to the model's generation-config length (``max_length``, 20 when unset, or ``max_new_tokens + 1``).
+        """
         if not getattr(self.args, "predict_with_generate", False) or prediction_loss_only:
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
         generator = unwrap_model(model)
         if not hasattr(generator, "generate"):
             raise TypeError(f"predict_with_generate=True needs a model with a `generate` method; "
                             f"{type(generator).__name__} has none (set predict_with_generate=False)")
-        gen_kwargs = {**self._gen_kwargs, **gen_kwargs} if gen_kwargs else dict(self._gen_kwargs)
+        gen_kwargs = {**self._gen_kwargs, **gen_kwargs}
+        for key in ("num_beams", "max_length"):
+            if key in gen_kwargs and gen_kwargs[key] is None:
+                gen_kwargs.pop(key)
+        if "synced_gpus" not in gen_kwargs and self._generation_needs_synced_gpus():
+            gen_kwargs["synced_gpus"] = True
         has_labels = "labels" in inputs
         inputs = self._prepare_inputs(inputs)
-        generation_inputs = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids")}
         with torch.no_grad():
-            generated = generator.generate(**generation_inputs, **gen_kwargs)
+            generated = generator.generate(**_generation_inputs(inputs), **gen_kwargs)
+        pad_length = _padded_length(getattr(generator, "generation_config", None), gen_kwargs, generated.shape[-1])
         pad_value = self._pad_token_id()
-        max_length = gen_kwargs.get("max_length")
-        if max_length is not None:
-            generated = _pad_to_length(generated, max_length, pad_value)
+        if pad_length is not None:
+            generated = _pad_to_length(generated, pad_length, pad_value)
         loss = None
         if has_labels:
-            with torch.no_grad(), self.backend.autocast():
+            with torch.no_grad(), self.compute_loss_context_manager():
                 loss = self.compute_loss(model, inputs, return_outputs=False).detach().mean()
+        if self.args.prediction_loss_only:
+            return loss, None, None
         labels = inputs.get("labels") if has_labels else None
-        if labels is not None and max_length is not None:
-            labels = _pad_to_length(labels, max_length, pad_value)
+        if labels is not None:
+            label_length = _padded_length(getattr(generator, "generation_config", None), gen_kwargs,
+                                          labels.shape[-1])
+            if label_length is not None:
+                labels = _pad_to_length(labels, label_length, pad_value)
         return loss, generated, labels
+
+    def _generation_needs_synced_gpus(self) -> bool:
+        """Sharded parameters (ZeRO-3, FSDP) on several ranks: every rank must run as many forward passes as the
+        longest generation, or the parameter gathers hang (upstream passes ``synced_gpus`` for the same reason)."""
+        if self.args.world_size <= 1:
+            return False
+        from ..backends.deepspeed.config import is_deepspeed_zero3_enabled
+
+        return bool(self.args.fsdp) or is_deepspeed_zero3_enabled()
 
     def _pad_token_id(self) -> int:
         for source in (self.processing_class, getattr(unwrap_model(self.model), "config", None)):

@@ -37,7 +37,7 @@ from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
 from ..runtime.memory import TrainerMemoryTracker
 from ..utils.model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          find_labels, forward_parameters, unwrap_model)
+                          find_labels, forward_parameters, is_causal_lm, unwrap_model)
 from ..optim.factory import create_optimizer as build_optimizer
 from ..optim.factory import get_decay_parameter_names
 from ..utils.overrides import accepts, call_override
@@ -455,8 +455,8 @@ class Trainer(EvaluationMixin):
             self._past = outputs[self.args.past_index]
         if labels is not None and self.compute_loss_func is not None:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
-        elif labels is not None:
-            loss = self.label_smoother(outputs, labels)
+        elif labels is not None:  # a causal LM's logits predict the next label, as upstream smooths them
+            loss = self.label_smoother(outputs, labels, shift_labels=is_causal_lm(model))
         else:
             loss = extract_loss(outputs, inputs, self.label_names)
         if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
@@ -510,8 +510,10 @@ class Trainer(EvaluationMixin):
         across = bool(args.average_tokens_across_devices) and args.world_size > 1
         if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
             rule = LossRule(True, "labels", "compute_loss_func")
-        elif self.label_smoother is not None:  # a mean over the unshifted labels (LabelSmoother)
-            rule = LossRule(False, "labels", "label smoothing")
+        elif self.label_smoother is not None:  # a mean over the labels (LabelSmoother), shifted for a causal LM
+            shifted = is_causal_lm(self.model)
+            rule = LossRule(False, "shifted" if shifted else "labels",
+                            "label smoothing, causal LM" if shifted else "label smoothing")
         elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
             rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
         elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean

@@ -53,6 +53,30 @@ def accepts_loss_kwargs(model: nn.Module) -> bool:
     return "num_items_in_batch" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
 
 
+def is_causal_lm(model: nn.Module) -> bool:
+    """Whether ``model`` (a PEFT wrapper: its base model) is one of transformers' causal LMs, by class name as
+    upstream decides (``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): its logits at position t predict label t + 1. The
+    mapping is read only once transformers is imported (a transformers model imports it); this never imports it."""
+    import sys
+
+    if "transformers" not in sys.modules:
+        return False
+    model = unwrap_model(model)
+    base = getattr(getattr(model, "base_model", None), "model", None)
+    if base is not None and any(cls.__name__.startswith("Peft") for cls in type(model).__mro__):
+        model = base
+    return type(model).__name__ in _causal_lm_names()
+
+
+@functools.lru_cache(maxsize=1)
+def _causal_lm_names() -> frozenset[str]:
+    try:
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    except ImportError:
+        return frozenset()
+    return frozenset(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+
+
 def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
     """Number of (trainable) parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -40,6 +40,19 @@ def run_side_by_side(jobs: dict[str, list[str]], outs: dict[str, Path]) -> dict[
     return results
 
 
+def upstream_eval_one_per_batch(case: str, world: Path, model: Path, out: Path) -> dict[str, Any]:
+    """What ``case``'s script run by the installed transformers leaves when it only evaluates ``model`` (a finished
+    run's output folder), one sample per batch: no short last batch, so its eval_loss is the plain mean over the
+    samples whatever the library does with a partial batch."""
+    argv = [a for a in cases.command(case, "5x", world, out) if a not in ("--do_train", "--do_predict")]
+    argv[argv.index("--model_name_or_path") + 1] = str(model)
+    done = run_side_by_side({case: commands("transformers", [*argv, "--per_device_eval_batch_size", "1"])},
+                            {case: out})[case]
+    if done["rc"] != 0:
+        pytest.fail(f"the {case} evaluation at batch size 1 exited with {done['rc']}:\n{done['tail']}")
+    return cases.collect(out)
+
+
 def left(result: dict[str, Any], case: str) -> dict[str, Any]:
     """What a successful run left, weights included (fails the test with the job's output otherwise)."""
     import pytest

@@ -54,7 +54,8 @@ def build_vocab(texts: list[str]) -> dict[str, int]:
 
 
 def build_tokenizer(vocab: dict[str, int], folder: Path) -> None:
-    """A BERT-shaped fast tokenizer (lowercase, ``[CLS] a [SEP] b [SEP]``, token type ids) saved into ``folder``."""
+    """A BERT-shaped fast tokenizer (lowercase, ``[CLS] a [SEP] b [SEP]``, token type ids in every release) saved
+    into ``folder``."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -64,8 +65,11 @@ def build_tokenizer(vocab: dict[str, int], folder: Path) -> None:
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    # The input names are spelled out: 4.x's tokenizer returns token_type_ids by default, 5.x's none, and the
+    # segment ids change a pair's BERT embeddings (qa, swag) and GPT-2's (it embeds them with its token table).
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64)
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=64,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"])
     fast.save_pretrained(str(folder))
 
 

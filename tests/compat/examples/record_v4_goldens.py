@@ -69,7 +69,8 @@ def main() -> None:
             golden = {
                 "made_by": "tests/compat/examples/record_v4_goldens.py",
                 "versions": _versions(),
-                "argv": [a.replace(str(world), "{world}").replace(str(out), "{out}") for a in argv],
+                "argv": [a.replace(str(cases.SCRIPTS), "{scripts}").replace(str(world), "{world}").replace(str(out), "{out}")
+                         for a in argv],
                 "start_fingerprint": fingerprints[case],
                 "result": cases.collect(out, cases.MODEL_CLASSES[case]),
             }
