@@ -236,7 +236,7 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
             trainer.control = cb.on_step_end(args, state, trainer.control)
             trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
                                              start_time)
-            if trainer._stop_if_preempted(model, trial, tr_loss):
+            if trainer._tw_checkpoints.stop_if_preempted(model, trial, tr_loss):
                 break
             if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
                 break

@@ -204,7 +204,8 @@ class TrainerCheckpoints:
             logger.warning("resume_from_checkpoint='auto': resuming from the newest checkpoint of %s (%s; an older "
                            "one is used if it is damaged)", self.args.output_dir, found[-1].name)
             return True
-        logger.warning("resume_from_checkpoint='auto': no checkpoint in %s; training from scratch", self.args.output_dir)
+        logger.warning("resume_from_checkpoint='auto': no checkpoint in %s; training from scratch",
+                       self.args.output_dir)
         return None
 
     def _lock_output_dir(self) -> None:
@@ -482,9 +483,9 @@ class TrainerCheckpoints:
         saver = self.async_saver
         if saver is not None and saver.group is None:  # a failed background save surfaces at the next step
             saver.raise_if_failed()
-        trainer = self._trainer
-        if trainer.control.should_training_stop or not self._preemption_requested():
+        if self._trainer.control.should_training_stop or not self._preemption_requested():
             return False
+        trainer = self._trainer
         step = trainer.state.global_step
         name = self.preemption.signal_name or "a stop request"
         folder = self.manager.checkpoint_dir(step)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -17,35 +15,33 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..utils import reporting
-from ..runtime.accelerate_env import apply_accelerate_env
 from ..args.fields import TrainingArguments
 from ..backends import build_backend
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
-from ..callbacks.integrations import get_reporting_integration_callbacks
-from .checkpoints import TrainerCheckpoints
-from ..data.collators import DataCollatorWithPadding, default_data_collator
-from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset, signature_columns
-from ..data.loader import build_dataloader, has_length
-from ..runtime.distributed import all_gather_object
 from ..callbacks.events import CallbackHandler
+from ..callbacks.integrations import get_reporting_integration_callbacks
+from ..callbacks.state import TrainerControl, TrainerState
+from ..data.collators import DataCollatorWithPadding, default_data_collator
+from ..data.columns import signature_columns
 from ..loops import train_hooks
 from ..loops.eval_loop import EvaluationMixin
-from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
+from ..loops.loss_scaling import WindowScaler
 from ..loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
-from ..utils.logging_utils import setup_process_logging
-from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
-from ..runtime.memory import TrainerMemoryTracker
-from ..utils.model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          find_labels, forward_parameters, is_causal_lm, unwrap_model)
 from ..optim.factory import create_optimizer as build_optimizer
 from ..optim.factory import get_decay_parameter_names
-from ..utils.overrides import accepts, call_override
-from ..utils.preflight import check_dataset, check_output_dir
 from ..optim.schedules import get_scheduler
-from ..callbacks.state import TrainerControl, TrainerState
-from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput, enable_full_determinism,
-                                   seed_worker, set_seed)
+from ..runtime.accelerate_env import apply_accelerate_env
+from ..runtime.memory import TrainerMemoryTracker
+from ..utils.logging_utils import setup_process_logging
+from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
+from ..utils.model_utils import accepts_loss_kwargs, count_parameters, find_labels, forward_parameters, is_causal_lm
+from ..utils.model_utils import unwrap_model
+from ..utils import reporting
+from ..utils.overrides import accepts, call_override
+from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput, enable_full_determinism, set_seed
+from . import run
+from .checkpoints import TrainerCheckpoints
+from .setup import check_args_object, check_before_training, check_metric_for_best_model, initial_model
 
 if TYPE_CHECKING:
     from .accelerator import TrainerAccelerator
@@ -54,47 +50,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("trainwell.trainer.trainer")
 
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
-
-
-class MissingMetricError(KeyError):
-    """``metric_for_best_model`` is not among the evaluation metrics (a ``KeyError``, as upstream raises)."""
-
-    def __str__(self) -> str:  # the message, not KeyError's quoted repr
-        return str(self.args[0])
-
-
-def _metric_value(metrics: Mapping[str, float], name: str) -> float:
-    """``metrics[name]`` with the ``eval_`` prefix added as upstream; a message listing the names otherwise."""
-    key = name if name.startswith("eval_") else f"eval_{name}"
-    if key not in metrics:
-        raise MissingMetricError(
-            f"The `metric_for_best_model` training argument is set to {key!r}, which is not found in the evaluation "
-            f"metrics. The available evaluation metrics are: {list(metrics)}. Return {key[5:]!r} from "
-            "compute_metrics, or set metric_for_best_model to one of these (with or without the 'eval_' prefix).")
-    return metrics[key]
-
-
-def _check_args_object(args: Any) -> None:
-    """A clear ``TypeError`` for ``args`` given as a dict or a path instead of ``TrainingArguments``."""
-    if isinstance(args, Mapping):
-        raise TypeError("Trainer(args=...) got a dict; wrap it: `Trainer(args=TrainingArguments(**d))` "
-                        "(or build it with HfArgumentParser(TrainingArguments).parse_dict(d)[0]).")
-    if isinstance(args, (str, os.PathLike)):
-        raise TypeError(f"Trainer(args=...) got the path {os.fspath(args)!r}; pass "
-                        f"`args=TrainingArguments(output_dir={os.fspath(args)!r})`.")
-
-
-def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dataset: Any) -> None:
-    """Everything knowable at construction that would otherwise fail after training started."""
-    check_dataset(train_dataset, "train")
-    for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
-        check_dataset(dataset, "eval")
-    if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
-        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
-        raise ValueError(  # otherwise upstream's message and type, word for word
-            f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
-            "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
-    check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
 
 
 class Trainer(EvaluationMixin):
@@ -138,7 +93,7 @@ class Trainer(EvaluationMixin):
         if args is None:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
-        _check_args_object(args)
+        check_args_object(args)
         self.args = args
         apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
@@ -151,7 +106,7 @@ class Trainer(EvaluationMixin):
         self.model_init = model_init
         self.backend = build_backend(args)
         self._tw_device, self._tw_n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
-        model = self._initial_model(model, model_init)
+        model = initial_model(model, model_init, self.call_model_init)
         self.processing_class = processing_class
         if data_collator is None:
             data_collator = (DataCollatorWithPadding(processing_class) if hasattr(processing_class, "pad")
@@ -159,10 +114,11 @@ class Trainer(EvaluationMixin):
         self.data_collator = data_collator
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
-        _check_before_training(args, train_dataset, eval_dataset)
+        check_before_training(args, train_dataset, eval_dataset)
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
-        self._check_metric_for_best_model()
+        check_metric_for_best_model(args, compute_metrics, custom_evaluation=type(self).evaluate is not Trainer.evaluate
+                                    or type(self).evaluation_loop is not Trainer.evaluation_loop)
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
@@ -204,38 +160,6 @@ class Trainer(EvaluationMixin):
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
 
-    # What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
-    _METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
-                                "jit_compilation_time", "tokens_per_second")
-
-    def _check_metric_for_best_model(self) -> None:
-        """Refuse now a ``metric_for_best_model`` no evaluation can return (upstream fails at the first evaluation,
-        after a checkpoint was written)."""
-        name = self.args.metric_for_best_model
-        strategy = getattr(self.args.eval_strategy, "value", self.args.eval_strategy)
-        if not name or self.compute_metrics is not None or strategy == "no":
-            return
-        custom = type(self).evaluate is not Trainer.evaluate or type(self).evaluation_loop is not Trainer.evaluation_loop
-        if custom or name.removeprefix("eval_") in self._METRICS_WITHOUT_COMPUTE:
-            return
-        raise ValueError(
-            f"metric_for_best_model={name!r} cannot be computed: without compute_metrics an evaluation returns only "
-            f"eval_loss (and its speed). Pass compute_metrics=... returning {{{name.removeprefix('eval_')!r}: ...}}, "
-            "or set metric_for_best_model='loss' (the default with load_best_model_at_end).")
-
-    def _initial_model(self, model: nn.Module | None, model_init: Callable[..., nn.Module] | None) -> nn.Module:
-        """The model passed in, or the one ``model_init`` builds; a clear error for anything else."""
-        if model is None:
-            if model_init is None:
-                raise ValueError("Trainer needs either a `model` or a `model_init` function")
-            model = self.call_model_init()
-        elif model_init is not None:
-            warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
-                          "train() call and overrides `model`", UserWarning, stacklevel=2)
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
-        return model
-
     def _adopt_model(self, model: nn.Module) -> None:
         """Place ``model`` on the device and read what its forward signature tells (return_loss, loss kwargs)."""
         self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
@@ -267,68 +191,22 @@ class Trainer(EvaluationMixin):
         return self._signature_columns
 
     def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
-        """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
-        if dataset is None:
-            raise ValueError(f"Trainer: this call requires a {description} dataset "
-                             f"(pass `{description}_dataset=` to the Trainer or to the method)")
-        name = description.removesuffix("_dataset")
-        check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
-        if has_length(dataset) and len(dataset) == 0:
-            raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
-        collator = self.data_collator
-        if self.args.remove_unused_columns:
-            columns = self._set_signature_columns_if_needed()
-            if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
-                dataset = remove_unused_columns_from_dataset(dataset, columns, description=description)
-            else:
-                collator = RemoveColumnsCollator(collator, columns, logger=logger,
-                                                 model_name=type(unwrap_model(self.model)).__name__,
-                                                 description=description)
-        sampler = None
-        if isinstance(dataset, torch.utils.data.IterableDataset):
-            if has_length(dataset) and self.args.dataloader_num_workers == 0:
-                from ..data.length_check import LengthCheckedIterable
+        """A DataLoader over ``dataset`` (see :func:`trainwell.trainer.data.trainer_dataloader`)."""
+        from .data import trainer_dataloader
 
-                dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
-        if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
-            # an override of the older _get_train_sampler(self) reads self.train_dataset itself
-            sampler = (call_override(self, "_get_train_sampler", dataset) if train
-                       else self._get_eval_sampler(dataset))
-        # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
-        # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
-        workers = self.args.dataloader_num_workers
-        worker_init = partial(seed_worker, num_workers=workers, rank=self.args.process_index) if train else None
-        return build_dataloader(
-            dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
-            drop_last=self.args.dataloader_drop_last, num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+        return trainer_dataloader(self, dataset, batch_size=batch_size, train=train, description=description)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
-        from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+        from .data import train_sampler
 
-        dataset = self.train_dataset if dataset is None else dataset
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
-        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index,
-                      shard_batch_size=self._train_batch_size)
-        if self.args.group_by_length:
-            lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
-            return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
-                                        **common)
-        return ResumableSampler(len(dataset), shuffle=True, drop_last=self.args.dataloader_drop_last, **common)
+        return train_sampler(self.args, self.train_dataset if dataset is None else dataset, self._train_batch_size)
 
     def _get_eval_sampler(self, dataset: Any) -> Any:
         """Sequential order (each rank a contiguous share of every global batch when distributed)."""
-        if self.args.world_size <= 1:
-            return torch.utils.data.SequentialSampler(dataset)
-        from ..data.samplers import EvalShardSampler
+        from .data import eval_sampler
 
-        return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
-                                num_replicas=self.args.world_size, rank=self.args.process_index,
-                                drop_last=self.args.dataloader_drop_last)
+        return eval_sampler(self.args, dataset)
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""
@@ -504,29 +382,8 @@ class Trainer(EvaluationMixin):
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
     def _window_scaler(self, first_batch: Any) -> WindowScaler:
-        """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
-        ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
-        args = self.args
-        across = bool(args.average_tokens_across_devices) and args.world_size > 1
-        if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
-            rule = LossRule(True, "labels", "compute_loss_func")
-        elif self.label_smoother is not None:  # a mean over the labels (LabelSmoother), shifted for a causal LM
-            shifted = is_causal_lm(self.model)
-            rule = LossRule(False, "shifted" if shifted else "labels",
-                            "label smoothing, causal LM" if shifted else "label smoothing")
-        elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
-            rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
-        elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
-            rule = LossRule(False, "labels", "one micro-batch per step")
-        else:
-            rule = probe_loss_rule(self.model, self._prepare_inputs(first_batch))
-            if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
-                rule = all_gather_object(rule)[0]
-            logger.info("Gradient accumulation with %s: %s", type(unwrap_model(self.model)).__name__,
-                        rule.describe())
-        if self.compute_loss_func is None:
-            self.model_accepts_loss_kwargs = rule.takes_num_items
-        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=across)
+        """How this run's accumulation windows are normalised (see :func:`trainwell.trainer.run.window_scaler`)."""
+        return run.window_scaler(self, first_batch)
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
@@ -625,38 +482,11 @@ class Trainer(EvaluationMixin):
 
     def _init_state(self, plan: TrainPlan) -> None:
         """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
-        self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
-                                  is_world_process_zero=self.is_world_process_zero(),
-                                  stateful_callbacks=getattr(self.state, "stateful_callbacks", None) or {})
-        self.state.compute_steps(self.args, plan.max_steps)
-        self.state.max_steps = plan.max_steps
-        self.state.num_train_epochs = plan.num_epochs
-        self.state.train_batch_size = self._train_batch_size
-        self.state.epoch = 0.0
-        self.control = TrainerControl()
-        self.current_flos = 0.0
-        self._tw_plan = plan
+        run.init_state(self, plan)
 
     def _prepare_for_training(self, max_steps: int) -> nn.Module:
         """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
-        if self.args.gradient_checkpointing:
-            enable_gradient_checkpointing(unwrap_model(self.model), self.args.gradient_checkpointing_kwargs)
-        self.backend.prepare_model(self.model, training=True)
-        self.model = self.backend.model
-        train_hooks.attach(self)  # neftune noise, underflow/overflow detector: none unless asked for
-        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
-        self.backend.num_training_steps = max_steps  # read by backends that build their own schedule (DeepSpeed)
-        self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
-        self.optimizer, self.lr_scheduler = self.backend.optimizer, self.backend.lr_scheduler  # ZeRO rebuilds them
-        self._adopt_input_dtype()
-        wrapped = self.backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
-        if self.args.torch_compile:
-            wrapped = compile_model(wrapped, self.args)
-        self.model_wrapped = wrapped
-        self.callback_handler.model = self.model
-        self.callback_handler.optimizer = self.optimizer
-        self.callback_handler.lr_scheduler = self.lr_scheduler
-        return wrapped
+        return run.prepare_for_training(self, max_steps)
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
@@ -670,7 +500,7 @@ class Trainer(EvaluationMixin):
                 metrics = self._evaluate(trial, ignore_keys_for_eval)
                 # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
                 new_best = self._is_new_best(metrics)
-            except MissingMetricError as err:
+            except run.MissingMetricError as err:
                 model.train()
                 if self.control.should_save:  # the checkpoint due at this step is written before stopping
                     folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)
@@ -684,21 +514,7 @@ class Trainer(EvaluationMixin):
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
-        steps = self.state.global_step - self._tw_loop.last_logged_step
-        window = self._tw_loop.close_window(self.state.global_step)
-        if not math.isfinite(window) and not self._tw_warned_non_finite:
-            # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
-            # StopOnNonFiniteLossCallback.
-            self._tw_warned_non_finite = True
-            logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
-                           "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
-                           "diverge.", window, steps, self.state.global_step)
-        logs: dict[str, float] = {"loss": window / steps}
-        if grad_norm is not None:
-            logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
-        logs["learning_rate"] = self._logged_learning_rate()
-        self.store_flos()
-        self.log(logs)
+        run.log_training_window(self, tr_loss, grad_norm)
 
     @property
     def _total_loss_scalar(self) -> float:
@@ -734,51 +550,16 @@ class Trainer(EvaluationMixin):
         metrics = self.evaluate(ignore_keys=ignore_keys)
         if self._scheduler_needs_metrics():
             key = self.args.metric_for_best_model or "loss"
-            self.lr_scheduler.step(_metric_value(metrics, key))
+            self.lr_scheduler.step(run.metric_value(metrics, key))
         return metrics
 
     def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
         """Record ``best_metric`` / ``best_global_step``; True when ``metrics`` improve on the best so far."""
-        name = self.args.metric_for_best_model
-        if not metrics or not name:
-            return False
-        value = _metric_value(metrics, name)
-        better = (lambda a, b: a > b) if self.args.greater_is_better else (lambda a, b: a < b)
-        if self.state.best_metric is None or better(value, self.state.best_metric):
-            self.state.best_metric = value
-            self.state.best_global_step = self.state.global_step
-            return True
-        return False
+        return run.is_new_best(self, metrics)
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
-        self._tw_checkpoints.wait()  # async_save: the last (or preemption) save is committed before train() returns
-        steps = max(self.state.global_step, 1)
-        train_loss = self._tw_loop.final_total() / steps
-        if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
-            self._load_best_model()
-        if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
-            num_samples = plan.num_examples * self.args.num_train_epochs
-        else:
-            num_samples = plan.max_steps * plan.total_train_batch_size
-        # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
-        # whole plan (the seeds' versions divided the planned max_steps by the runtime).
-        steps_run = self.state.global_step - getattr(self, "_tw_steps_at_start", 0)
-        num_samples = num_samples * steps_run / max(plan.max_steps, 1)
-        tokens = self._tw_loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
-        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
-                                          num_tokens=tokens)
-        self.store_flos()
-        metrics["total_flos"] = self.state.total_flos
-        metrics["train_loss"] = train_loss
-        metrics["epoch"] = self.state.epoch
-        self.is_in_train = False
-        self._memory_tracker.stop_and_update_metrics(metrics, stage="train")
-        self.log(metrics)
-        self._rotate_checkpoints(output_dir=self.args.output_dir)
-        self._finish_current_push()
-        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
-        return TrainOutput(self.state.global_step, train_loss, metrics)
+        return run.finish_training(self, tr_loss, plan, start_time)
 
     def store_flos(self) -> None:
         """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a
@@ -833,20 +614,7 @@ class Trainer(EvaluationMixin):
     # ------------------------------------------------------------------------------------------- evaluation glue
     def _model_for_eval(self) -> nn.Module:
         """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
-        model = self.model
-        if not self.is_in_train and self.backend.caps.sharded_state:
-            # ZeRO-3 inference: the backend shards the model (a no-op when training already did)
-            engine = self.backend.prepare_model(model, training=False)
-            self._adopt_input_dtype()
-            return engine
-        if not self.is_in_train:
-            if self.args.fp16_full_eval:
-                model = model.to(dtype=torch.float16, device=self.args.device)
-            elif self.args.bf16_full_eval:
-                model = model.to(dtype=torch.bfloat16, device=self.args.device)
-            elif self.place_model_on_device:
-                model = model.to(self.args.device)
-        return model
+        return run.model_for_eval(self)
 
     def hyperparameter_search(self, hp_space: Callable[[Any], dict[str, Any]] | None = None,
                               compute_objective: Callable[[dict[str, float]], Any] | None = None,
@@ -869,10 +637,6 @@ class Trainer(EvaluationMixin):
     def _resume(self, folder: Path) -> DataPosition:
         """Restore everything saved in ``folder``; returns where the data stream stood."""
         return self._tw_checkpoints.load(folder, self._tw_plan)
-
-    def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
-        """After each optimizer step: on a received SIGTERM/SIGINT, save a checkpoint and return True."""
-        return self._tw_checkpoints.stop_if_preempted(model, trial, tr_loss)
 
     # ------------------------------------------------------------------- checkpoints (trainer.checkpoints part)
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
