@@ -17,8 +17,10 @@ from torch.utils.data import DataLoader, IterableDataset
 from launch import free_port
 from trainwell import Trainer, TrainingArguments
 from trainwell.callbacks import TrainerCallback
-from trainwell.loops.eval_loop import (EvaluationMixin, OutputAccumulator, gather_across_ranks,
-                                       pad_and_concatenate)
+from trainwell.loops import eval_loop
+from trainwell.loops.accumulate import OutputAccumulator, pad_and_concatenate
+from trainwell.loops.contract import EvalLoopTrainer
+from trainwell.loops.gather import gather_across_ranks
 from trainwell.runtime.memory import TrainerMemoryTracker
 
 torch.set_num_threads(1)
@@ -124,15 +126,17 @@ def _state():
         return types.SimpleNamespace(epoch=None, global_step=0, log_history=[]), types.SimpleNamespace()
 
 
-class FakeTrainer(EvaluationMixin):
-    """Exactly the contract EvaluationMixin relies on, with a plain DataLoader and default collation."""
+class FakeTrainer:
+    """Exactly the contract of the evaluation functions (EvalLoopTrainer), with a plain DataLoader and default
+    collation; the upstream method names delegate to trainwell.loops.eval_loop as the Trainer's do."""
 
     def __init__(self, model, *, eval_dataset=None, compute_metrics=None, preprocess_logits_for_metrics=None,
                  label_names=("labels",), **arg_overrides):
         defaults = dict(per_device_eval_batch_size=BATCH, eval_batch_size=BATCH, prediction_loss_only=False,
                         eval_accumulation_steps=None, include_for_metrics=[], batch_eval_metrics=False,
                         eval_do_concat_batches=True, past_index=-1, label_names=None, skip_memory_metrics=True,
-                        world_size=1, process_index=0)
+                        world_size=1, process_index=0, use_legacy_prediction_loop=False,
+                        logging_nan_inf_filter=True, eval_use_gather_object=False)
         defaults.update(arg_overrides)
         self.args = types.SimpleNamespace(**defaults)
         self.model = model
@@ -145,7 +149,31 @@ class FakeTrainer(EvaluationMixin):
         self.can_return_loss = False
         self._memory_tracker = TrainerMemoryTracker(self.args.skip_memory_metrics)
         self.backend = types.SimpleNamespace(autocast=contextlib.nullcontext)
+        self.optimizer = None
+        self._past = None
         self.logged: list[dict] = []
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        return eval_loop.run_evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
+
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix="test"):
+        return eval_loop.run_predict(self, test_dataset, ignore_keys, metric_key_prefix)
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        return eval_loop.eval_dataloader(self, eval_dataset)
+
+    def get_test_dataloader(self, test_dataset):
+        return eval_loop.prediction_dataloader(self, test_dataset)
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        return eval_loop.run_evaluation(self, dataloader, description, prediction_loss_only, ignore_keys,
+                                        metric_key_prefix)
+
+    prediction_loop = evaluation_loop
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        return eval_loop.prediction_step(self, model, inputs, prediction_loss_only, ignore_keys)
 
     def log(self, logs):
         self.logged.append(dict(logs))
@@ -527,9 +555,10 @@ def test_gather_across_ranks_two_processes_pads_sequence_dim():
 # ------------------------------------------------------------------------------------------------ integration
 
 
-def test_mixin_relies_only_on_the_contract():
+def test_eval_functions_rely_only_on_the_contract():
     data = ragged_dataset()
     fake = make_fake_trainer()
+    assert isinstance(fake, EvalLoopTrainer)
     out = fake.predict(data)
     real = make_trainer().predict(data)
     assert_nested_equal(out.predictions, real.predictions)

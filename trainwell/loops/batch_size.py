@@ -13,12 +13,15 @@ import gc
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..utils.trainer_utils import TrainOutput
 from .train_loop import run_training
+
+if TYPE_CHECKING:
+    from .contract import BatchSizeTrainer
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -67,7 +70,7 @@ def saved_batch_size(folder: Path | None) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def train_finding_batch_size(trainer: Any, *, resume_from: Path | None, trial: Any,
+def train_finding_batch_size(trainer: BatchSizeTrainer, *, resume_from: Path | None, trial: Any,
                              ignore_keys_for_eval: list[str] | None) -> TrainOutput:
     """:func:`run_training`, retried with a smaller ``trainer._train_batch_size`` after each out-of-memory error.
 

@@ -81,6 +81,7 @@ class LoopState:
     accumulation_steps: int = 1
     tokens_trained: int = 0  # input tokens this process trained on in this call (include_tokens_per_second)
     step_takes_num_items: bool = True  # training_step's signature has num_items_in_batch (read once per run)
+    steps_at_start: int = 0  # the global step this call started (or resumed) at: the speed counts the steps run
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,

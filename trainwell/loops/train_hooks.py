@@ -7,7 +7,7 @@ run pays no hook) and ``detach(trainer)`` takes it all off again when training e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -15,6 +15,11 @@ from torch import nn
 from ..args.fields import DebugOption
 from ..callbacks.base import TrainerCallback
 from ..utils.model_utils import unwrap_model
+
+if TYPE_CHECKING:
+    from ..args.fields import TrainingArguments
+    from ..callbacks.state import TrainerControl, TrainerState
+    from .contract import TrainHooksTrainer
 
 
 def clear_device_cache(device: torch.device) -> None:
@@ -30,7 +35,8 @@ class EmptyCacheCallback(TrainerCallback):
     def __init__(self, every: int, device: torch.device) -> None:
         self.every, self.device, self.calls = every, device, 0
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
         if state.global_step % self.every == 0:
             clear_device_cache(self.device)
             self.calls += 1
@@ -59,7 +65,7 @@ def _input_embeddings(model: nn.Module) -> nn.Module:
     return embeddings
 
 
-def attach(trainer: Any) -> None:
+def attach(trainer: TrainHooksTrainer) -> None:
     """Register the hooks ``trainer.args`` asks for on ``trainer.model`` (replacing those of an earlier attempt)."""
     detach(trainer)
     args, handles = trainer.args, []
@@ -86,7 +92,7 @@ def attach(trainer: Any) -> None:
     trainer._tw_train_hook_handles = handles
 
 
-def detach(trainer: Any) -> None:
+def detach(trainer: TrainHooksTrainer) -> None:
     """Remove the hooks :func:`attach` registered (a no-op when there are none)."""
     for handle in trainer.__dict__.pop("_tw_train_hook_handles", ()):
         handle.remove()

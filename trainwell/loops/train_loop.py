@@ -16,7 +16,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
@@ -25,6 +25,11 @@ from ..utils.overrides import accepts
 from ..utils.trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState
 from .loss_scaling import WindowScaler, loss_divisors
+
+if TYPE_CHECKING:
+    from ..args.fields import TrainingArguments
+    from ..backends.base import Backend
+    from .contract import TrainLoopTrainer
 
 __all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
 
@@ -41,7 +46,7 @@ class TrainPlan:
     total_train_batch_size: int
 
 
-def plan_training(args: Any, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
+def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
     """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``.
 
     ``batch_size`` is the per-process batch size in use (``args.train_batch_size`` unless ``auto_find_batch_size``
@@ -86,7 +91,7 @@ def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]
         yield group
 
 
-def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
+def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
     """The epoch's batches, starting ``skip_batches`` in: by seeking the sampler when it can, else by discarding."""
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = getattr(dataloader, "batch_sampler", None)
@@ -113,7 +118,7 @@ def _epoch_iterator(trainer: Any, dataloader: Any, epoch: int, skip_batches: int
         return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
+def _forward_backward(trainer: TrainLoopTrainer, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
                       count_tokens: bool) -> None:
     """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``loop``."""
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
@@ -142,21 +147,21 @@ def _forward_backward(trainer: Any, loop: LoopState, model: Any, group: list[Any
             trainer.control = cb.on_substep_end(args, state, trainer.control)
 
 
-def _training_step_takes_num_items(trainer: Any) -> bool:
+def _training_step_takes_num_items(trainer: TrainLoopTrainer) -> bool:
     """Whether ``trainer.training_step`` (maybe an override of an older upstream signature) takes
     ``num_items_in_batch``; read once per run, so each micro-batch calls it directly."""
     positional = accepts(trainer, "training_step").positional
     return positional is None or positional >= 3
 
 
-def _clip_norm(args: Any, backend: Any) -> float | None:
+def _clip_norm(args: TrainingArguments, backend: Backend) -> float | None:
     """The norm the loop clips gradients to (None: no clipping, or the engine clips inside its step)."""
     if args.max_grad_norm is None or args.max_grad_norm <= 0 or backend.caps.handles_grad_accumulation:
         return None
     return args.max_grad_norm
 
 
-def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step: bool,
+def _optimizer_update(trainer: TrainLoopTrainer, clip_norm: float | None, scheduler_per_step: bool,
                       engine_clips: bool = False) -> torch.Tensor | None:
     """Clip, step the optimizer and the schedule, drop the gradients; returns the gradient norm (None unclipped).
 
@@ -181,11 +186,10 @@ def _optimizer_update(trainer: Any, clip_norm: float | None, scheduler_per_step:
     return grad_norm
 
 
-def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
-                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
-    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainPlan, Any, LoopState]:
+    """The run's dataloader, plan, prepared model and loop state (restored from ``resume_from`` when given)."""
     args = trainer.args
-    batch_size = getattr(trainer, "_train_batch_size", None) or args.train_batch_size
+    batch_size = trainer._train_batch_size or args.train_batch_size
     dataloader = trainer.get_train_dataloader()
     plan = plan_training(args, dataloader, args.world_size, batch_size)
     trainer._init_state(plan)
@@ -198,10 +202,18 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
                            world_size=args.world_size)
     trainer._tw_loop = loop
     loop.step_takes_num_items = _training_step_takes_num_items(trainer)
-    state, cb = trainer.state, trainer.callback_handler
-    cb.train_dataloader = dataloader
-    tr_loss = loop.tr_loss
+    loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs (resumed: from here)
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
+    trainer.callback_handler.train_dataloader = dataloader
+    return dataloader, plan, model, loop
+
+
+def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: Any = None,
+                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
+    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`."""
+    dataloader, plan, model, loop = _start_run(trainer, resume_from)
+    args, state, cb = trainer.args, trainer.state, trainer.callback_handler
+    position, tr_loss = loop.position, loop.tr_loss
     scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
     trainer._tw_step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
@@ -209,7 +221,6 @@ def run_training(trainer: Any, *, resume_from: Any = None, trial: Any = None,
     clip_norm = _clip_norm(args, trainer.backend)
     engine_clips = trainer.backend.caps.handles_grad_accumulation
     batches_per_epoch = plan.micro_batches_per_epoch
-    trainer._tw_steps_at_start = state.global_step  # the speed counts the steps this call runs (resumed: from here)
     start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and resume_from is None:

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from ..runtime.distributed import all_gather_object, barrier, is_dist
-from ..loops.eval_loop import gather_across_ranks, nested_map
+from ..loops.gather import gather_across_ranks
+from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
 
 #: accelerate's ``DistributedType`` values (a str enum there, so these compare equal to its members)

@@ -24,7 +24,7 @@ from ..callbacks.state import TrainerControl, TrainerState
 from ..data.collators import DataCollatorWithPadding, default_data_collator
 from ..data.columns import signature_columns
 from ..loops import train_hooks
-from ..loops.eval_loop import EvaluationMixin
+from ..loops import eval_loop
 from ..loops.loss_scaling import WindowScaler
 from ..loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
 from ..optim.factory import create_optimizer as build_optimizer
@@ -38,7 +38,8 @@ from ..utils.model_utils import accepts_loss_kwargs, count_parameters, find_labe
 from ..utils.model_utils import unwrap_model
 from ..utils import reporting
 from ..utils.overrides import accepts, call_override
-from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR, SaveStrategy, TrainOutput, enable_full_determinism, set_seed
+from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
+                                   enable_full_determinism, set_seed)
 from . import run
 from .checkpoints import TrainerCheckpoints
 from .setup import check_args_object, check_before_training, check_metric_for_best_model, initial_model
@@ -52,7 +53,7 @@ logger = logging.getLogger("trainwell.trainer.trainer")
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
 
 
-class Trainer(EvaluationMixin):
+class Trainer:
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
@@ -610,6 +611,52 @@ class Trainer(EvaluationMixin):
         if self.is_world_process_zero():
             os.makedirs(self.args.output_dir, exist_ok=True)
             self.state.save_to_json(Path(self.args.output_dir) / "trainer_state.json")
+
+    # ------------------------------------------------------------------------------------------- evaluation
+    # Upstream's method names (users override them), each delegating to trainwell.loops.eval_loop.
+    def get_eval_dataloader(self, eval_dataset: Dataset | str | None = None) -> Any:
+        """The evaluation DataLoader (sequential); ``eval_dataset`` may be a dataset or the name of one of a dict."""
+        return eval_loop.eval_dataloader(self, eval_dataset)
+
+    def get_test_dataloader(self, test_dataset: Dataset) -> Any:
+        """The prediction DataLoader for ``test_dataset`` (sequential)."""
+        return eval_loop.prediction_dataloader(self, test_dataset)
+
+    def evaluate(self, eval_dataset: Dataset | dict[str, Dataset] | str | None = None,
+                 ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> dict[str, float]:
+        """Run evaluation and return the metrics (loss, compute_metrics results, speed, epoch), all prefixed.
+
+        A dict of datasets (passed here or given to the Trainer) evaluates each one with the prefix
+        ``f"{metric_key_prefix}_{name}"`` and returns the merged metrics.
+        """
+        return eval_loop.run_evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
+
+    def predict(self, test_dataset: Dataset, ignore_keys: list[str] | None = None,
+                metric_key_prefix: str = "test") -> PredictionOutput:
+        """Predictions (padded with -100 when lengths differ), label ids and metrics (when labels are present)."""
+        return eval_loop.run_predict(self, test_dataset, ignore_keys, metric_key_prefix)
+
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
+        """The loop shared by ``evaluate`` and ``predict``; works with or without labels.
+
+        Returns numpy predictions / label ids (nested like the model's outputs), prefixed metrics and the
+        number of samples (``len(dataset)``, or the count seen while iterating a dataset without ``__len__``).
+        """
+        return eval_loop.run_evaluation(self, dataloader, description, prediction_loss_only=prediction_loss_only,
+                                        ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
+        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
+        return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
+                                    ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+
+    def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]:
+        """One evaluation step: ``(loss, logits, labels)``, each optional (see
+        :func:`trainwell.loops.eval_loop.prediction_step`)."""
+        return eval_loop.prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 
     # ------------------------------------------------------------------------------------------- evaluation glue
     def _model_for_eval(self) -> nn.Module:

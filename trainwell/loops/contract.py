@@ -1,0 +1,170 @@
+"""The contract between the loop functions and the Trainer: the members of the Trainer the loops use, as types.
+
+The loops (:func:`~trainwell.loops.train_loop.run_training`, :func:`~trainwell.loops.eval_loop.run_evaluation`,
+``auto_find_batch_size``'s retry, the training hooks) are functions of a ``trainer``; these Protocols name exactly
+what they read, write and call on it, so the contract is written down once instead of existing only in the code that
+uses it. :class:`trainwell.Trainer` satisfies them structurally (``tests/loops/test_contract.py`` checks every member
+on a constructed Trainer). A member a loop starts to use is added here; a member the Trainer renames fails that test.
+
+Members with a leading underscore are trainwell's internal hooks between the Trainer and its loops (not user API);
+the others are upstream's public attributes and overridable methods, called through the trainer so that a
+subclass's override is honoured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from ..args.fields import TrainingArguments
+    from ..backends.base import Backend
+    from ..callbacks.events import CallbackHandler
+    from ..callbacks.state import TrainerControl, TrainerState
+    from ..runtime.memory import TrainerMemoryTracker
+    from ..utils.trainer_utils import EvalLoopOutput, TrainOutput
+    from .loop_state import DataPosition, LoopState
+    from .loss_scaling import WindowScaler
+    from .train_loop import TrainPlan
+
+__all__ = ["BatchSizeTrainer", "EvalLoopTrainer", "LoopTrainer", "PreemptionCheck", "TrainHooksTrainer",
+           "TrainLoopTrainer"]
+
+
+@runtime_checkable
+class _TrainerCore(Protocol):
+    """What every loop reads: the arguments, the state and control, the callbacks, the model and the backend."""
+
+    args: TrainingArguments
+    state: TrainerState
+    control: TrainerControl
+    callback_handler: CallbackHandler
+    model: nn.Module
+    backend: Backend
+    optimizer: torch.optim.Optimizer | None
+    _past: Any  # the memory of ``past_index`` models, reset by both loops
+
+
+@runtime_checkable
+class TrainHooksTrainer(Protocol):
+    """What :mod:`trainwell.loops.train_hooks` uses (its own handles it keeps in the trainer's ``__dict__``)."""
+
+    args: TrainingArguments
+    model: nn.Module
+    callback_handler: CallbackHandler
+
+
+class PreemptionCheck(Protocol):
+    """What the training loop asks the Trainer's checkpoint part after each optimizer step."""
+
+    def stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
+        """On a received SIGTERM/SIGINT: save a checkpoint, ask the loop to stop and return True."""
+
+
+@runtime_checkable
+class TrainLoopTrainer(_TrainerCore, Protocol):
+    """What :func:`~trainwell.loops.train_loop.run_training` and its step functions use."""
+
+    lr_scheduler: Any
+    current_flos: float
+    current_gradient_accumulation_steps: int | float | torch.Tensor
+    preempted: bool
+    _tw_loop: LoopState | None
+    _train_batch_size: int
+    _tw_step_learning_rate: float | None
+    _tw_skipped_steps: int
+    _tw_checkpoints: PreemptionCheck  # the Trainer's checkpoint part (trainwell.trainer.checkpoints)
+
+    def get_train_dataloader(self) -> DataLoader: ...
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor: ...
+
+    def floating_point_ops(self, inputs: dict[str, Any]) -> int: ...
+
+    def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int: ...
+
+    def _init_state(self, plan: TrainPlan) -> None: ...
+
+    def _prepare_for_training(self, max_steps: int) -> nn.Module: ...
+
+    def _resume(self, folder: Path) -> DataPosition: ...
+
+    def _window_scaler(self, first_batch: Any) -> WindowScaler: ...
+
+    def _scheduler_needs_metrics(self) -> bool: ...
+
+    def _evaluate(self, trial: Any, ignore_keys: list[str] | None) -> dict[str, float]: ...
+
+    def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
+                                 model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
+                                 start_time: float | None = None) -> None: ...
+
+    def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput: ...
+
+
+@runtime_checkable
+class BatchSizeTrainer(TrainLoopTrainer, Protocol):
+    """What ``auto_find_batch_size``'s retry (:mod:`trainwell.loops.batch_size`) uses beyond the training loop."""
+
+    model_wrapped: nn.Module
+
+
+@runtime_checkable
+class EvalLoopTrainer(_TrainerCore, Protocol):
+    """What :mod:`trainwell.loops.eval_loop` uses: the evaluation inputs and the overridable evaluation methods."""
+
+    eval_dataset: Any
+    compute_metrics: Callable[..., Mapping[str, Any]] | None
+    preprocess_logits_for_metrics: Callable[[Any, Any], Any] | None
+    label_names: list[str]
+    can_return_loss: bool
+    _memory_tracker: TrainerMemoryTracker
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None: ...
+
+    def compute_loss(self, model: nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | int | None = None) -> Any: ...
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]: ...
+
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader: ...
+
+    def get_test_dataloader(self, test_dataset: Any) -> DataLoader: ...
+
+    def evaluation_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput: ...
+
+    def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
+                        ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput: ...
+
+    def prediction_step(self, model: nn.Module, inputs: dict[str, Any], prediction_loss_only: bool,
+                        ignore_keys: list[str] | None = None) -> tuple[Any, Any, Any]: ...
+
+    def _prepare_inputs(self, inputs: Any) -> Any: ...
+
+    def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> DataLoader: ...
+
+    def _model_for_eval(self) -> nn.Module: ...
+
+
+@runtime_checkable
+class LoopTrainer(BatchSizeTrainer, EvalLoopTrainer, TrainHooksTrainer, Protocol):
+    """Everything the loops use: what :class:`trainwell.Trainer` provides to them."""
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The names a Protocol requires (its own and its bases'), for the test that keeps the contract honest."""
+    names: set[str] = set()
+    for klass in protocol.__mro__:
+        if klass is object or klass is Protocol or not getattr(klass, "_is_protocol", False):
+            continue
+        names.update(getattr(klass, "__annotations__", {}))
+        names.update(name for name, value in vars(klass).items() if callable(value) and not name.startswith("__"))
+    return names - {"_is_protocol", "_is_runtime_protocol"}
