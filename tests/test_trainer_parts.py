@@ -153,3 +153,31 @@ def test_trainwells_own_private_attributes_all_start_with_tw(tiny, make_args):
                      and name not in UPSTREAM_PRIVATE_ATTRIBUTES)
     assert not foreign, f"private Trainer attributes neither upstream's nor _tw_-prefixed: {foreign}"
     assert {"_tw_checkpoints", "_tw_loop"} <= set(vars(trainer))
+
+
+def test_upstream_checkpoint_names_delegate_to_the_part_and_reach_a_subclass_override(tiny, make_args):
+    """``_save_checkpoint`` and ``_rotate_checkpoints`` overrides are called by trainwell's own flow (as upstream's
+    code calls them); ``_sorted_checkpoints`` and ``_load_from_checkpoint`` answer from the checkpoint part."""
+    from safetensors.torch import load_file
+
+    calls: list[str] = []
+
+    class Recording(Trainer):
+        def _save_checkpoint(self, model, trial, tr_loss=None):
+            calls.append(f"save@{self.state.global_step}")
+            return super()._save_checkpoint(model, trial, tr_loss=tr_loss)
+
+        def _rotate_checkpoints(self, use_mtime=False, output_dir=None):
+            calls.append("rotate")
+            super()._rotate_checkpoints(use_mtime=use_mtime, output_dir=output_dir)
+
+    args = make_args(max_steps=6, save_strategy="steps", save_steps=2, save_total_limit=2)
+    trainer = Recording(model=tiny.RegressionModel(), args=args, train_dataset=tiny.regression_data(64))
+    trainer.train()
+    assert calls == ["save@2", "save@4", "save@6", "rotate"]
+    out = Path(args.output_dir)
+    assert trainer._sorted_checkpoints() == [str(out / "checkpoint-4"), str(out / "checkpoint-6")]  # 2 rotated
+    saved = load_file(str(out / "checkpoint-4" / "model.safetensors"))
+    assert not all(torch.equal(p, saved[n]) for n, p in trainer.model.state_dict().items())  # step 6 moved on
+    trainer._load_from_checkpoint(str(out / "checkpoint-4"))
+    assert all(torch.equal(p, saved[n]) for n, p in trainer.model.state_dict().items())
