@@ -1,4 +1,5 @@
-"""Shared tiny models, datasets and an arguments factory for the Trainer tests (all CPU, all milliseconds)."""
+"""The session's fixtures: a private temp folder, signal handlers and log levels left as found, the tiny models and
+datasets of :mod:`helpers` as the ``tiny`` fixture, and an arguments factory (all CPU, all milliseconds)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
+
+from helpers import (BlockStack, ClassifierModel, RegressionModel, TokenLM, TokenLMNoKwargs, classification_data,
+                     regression_data, token_data)
 
 torch.set_num_threads(1)
 
@@ -107,119 +109,9 @@ def _library_log_levels_left_as_found():
     reset()
 
 
-class RegressionModel(nn.Module):
-    """``y = w.x + b`` with a mean squared error; returns ``{"loss", "logits"}`` (loss None without labels)."""
-
-    def __init__(self, dim: int = 2) -> None:
-        super().__init__()
-        self.linear = nn.Linear(dim, 1)
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, Any]:
-        """Prediction and, with labels, the MSE loss."""
-        pred = self.linear(x).squeeze(-1)
-        loss = F.mse_loss(pred, labels) if labels is not None else None
-        return {"loss": loss, "logits": pred}
-
-
-class ClassifierModel(nn.Module):
-    """A linear 3-class classifier shaped like a transformers model (``config.num_labels``, ``device``)."""
-
-    def __init__(self, dim: int = 4, num_labels: int = 3) -> None:
-        super().__init__()
-        self.config = SimpleNamespace(num_labels=num_labels)
-        self.linear = nn.Linear(dim, num_labels)
-
-    @property
-    def device(self) -> torch.device:
-        """Where the weights live."""
-        return self.linear.weight.device
-
-    def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, Any]:
-        """Logits and, with labels, the (unweighted) cross entropy."""
-        logits = self.linear(features)
-        loss = F.cross_entropy(logits, labels) if labels is not None else None
-        return {"loss": loss, "logits": logits}
-
-
-class TokenLM(nn.Module):
-    """Embedding + linear LM; the loss is a token mean over labels that are not -100.
-
-    With ``num_items_in_batch`` (the tokens of the whole optimizer step) it returns sum / num_items_in_batch, as
-    upstream models do, so gradient accumulation is exact.
-    """
-
-    def __init__(self, vocab: int = 11, dim: int = 6) -> None:
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.head = nn.Linear(dim, vocab)
-
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
-                num_items_in_batch: torch.Tensor | int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, logits)."""
-        logits = self.head(self.embed(input_ids))
-        flat = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100,
-                               reduction="sum")
-        denominator = num_items_in_batch if num_items_in_batch is not None else labels.ne(-100).sum()
-        return flat / denominator, logits
-
-
-class TokenLMNoKwargs(TokenLM):
-    """The same LM whose forward does not take ``num_items_in_batch`` (a plain per-batch token mean)."""
-
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(loss, logits)."""
-        return super().forward(input_ids, labels)
-
-
-class BlockStack(nn.Module):
-    """An input layer, an ``nn.ModuleList`` of tanh blocks and an MSE head (for gradient checkpointing)."""
-
-    def __init__(self, dim: int = 4, depth: int = 3) -> None:
-        super().__init__()
-        self.inp = nn.Linear(2, dim)
-        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(dim, dim), nn.Tanh()) for _ in range(depth))
-        self.out = nn.Linear(dim, 1)
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, Any]:
-        """MSE of the stack's prediction."""
-        h = self.inp(x)
-        for block in self.blocks:
-            h = block(h)
-        pred = self.out(h).squeeze(-1)
-        return {"loss": F.mse_loss(pred, labels), "logits": pred}
-
-
-def regression_data(n: int = 64, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """``n`` items ``{"x": (2,), "labels": ()}`` of ``y = x0 - 2 x1 + 0.5`` plus a little noise."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, 2, generator=g)
-    y = x @ torch.tensor([1.0, -2.0]) + 0.5 + 0.1 * torch.randn(n, generator=g)
-    return [{"x": x[i], "labels": y[i]} for i in range(n)]
-
-
-def classification_data(n: int = 48, seed: int = 0) -> list[dict[str, torch.Tensor]]:
-    """``n`` items ``{"features": (4,), "labels": int}``; the class is the argmax of the first 3 features."""
-    g = torch.Generator().manual_seed(seed)
-    feats = torch.randn(n, 4, generator=g)
-    labels = feats[:, :3].argmax(-1)
-    return [{"features": feats[i], "labels": labels[i]} for i in range(n)]
-
-
-def token_data(n: int = 64, seq: int = 6, vocab: int = 11, seed: int = 0,
-               masked: bool = True) -> list[dict[str, torch.Tensor]]:
-    """``n`` rows of ``input_ids``/``labels``; with ``masked``, row i has ``i % seq`` labels set to -100."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (n, seq), generator=g)
-    labels = torch.randint(0, vocab, (n, seq), generator=g)
-    if masked:
-        for i in range(n):
-            labels[i, : i % seq] = -100
-    return [{"input_ids": ids[i], "labels": labels[i]} for i in range(n)]
-
-
 @pytest.fixture
 def tiny() -> SimpleNamespace:
-    """The tiny models and dataset builders above, for tests to use without importing conftest."""
+    """The tiny models and dataset builders of :mod:`helpers`, for tests to use without importing them."""
     return SimpleNamespace(
         RegressionModel=RegressionModel, ClassifierModel=ClassifierModel, TokenLM=TokenLM,
         TokenLMNoKwargs=TokenLMNoKwargs, BlockStack=BlockStack, regression_data=regression_data,

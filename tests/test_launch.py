@@ -1,4 +1,5 @@
-"""``tests/launch.py``, the helper every test that starts a job uses: its environment, its failures, its time limit."""
+"""``tests/helpers/launch.py``, the helper every test that starts a job uses: its environment, its failures, its
+time limit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from launch import LAUNCH_VARS, ROOT, child_env, run, run_json, start, torchrun, wait
+from helpers.launch import LAUNCH_VARS, ROOT, child_env, run, run_json, start, torchrun, wait
 
 
 def test_child_env_drops_launcher_variables_and_puts_the_checkout_first(monkeypatch):

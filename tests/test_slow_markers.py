@@ -2,7 +2,7 @@
 ``multiprocessing``) is marked ``slow``, so that ``pytest -m "not slow"`` stays a fast inner loop.
 
 The check reads the test files (no imports): a test starts processes when its body, a module-level helper or
-fixture it reaches, or a helper imported from ``tests/launch.py`` does.
+fixture it reaches, or a helper imported from ``tests/helpers/launch.py`` does.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-# helpers of tests/launch.py that start processes (free_port, child_env and ROOT do not)
-LAUNCH_STARTERS = {"run", "run_json", "start", "torchrun"}
+# helpers of tests/helpers/launch.py that start processes (free_port, child_env and ROOT do not)
+LAUNCH_STARTERS = {"dead_pid", "run", "run_json", "start", "torchrun"}
+LAUNCH_MODULES = {"helpers.launch"}  # `from helpers import launch; launch.run(...)` is seen by its attribute
 SUBPROCESS_CALLS = {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"}
 
 
@@ -57,7 +58,7 @@ def _unmarked_process_tests(path: Path) -> list[str]:
     """``file::test`` for each test in ``path`` that starts a process without a ``slow`` mark."""
     tree = ast.parse(path.read_text(), filename=str(path))
     launch_names = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                    and node.module == "launch" for alias in node.names if alias.name in LAUNCH_STARTERS}
+                    and node.module in LAUNCH_MODULES for alias in node.names if alias.name in LAUNCH_STARTERS}
     module_slow = any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
                                                            for t in node.targets) and _is_slow_mark(node.value)
                       for node in tree.body)
@@ -105,7 +106,7 @@ def test_every_test_that_starts_a_process_is_marked_slow():
 def test_the_guard_sees_a_subprocess_through_a_helper_and_a_fixture(tmp_path):
     source = tmp_path / "test_example.py"
     source.write_text(
-        "import subprocess, pytest\nfrom launch import run as go\n"
+        "import subprocess, pytest\nfrom helpers.launch import run as go\n"
         "def _helper():\n    subprocess.run(['true'])\n"
         "@pytest.fixture\ndef server():\n    go(['x'], 'y', timeout=1)\n"
         "def test_via_helper():\n    _helper()\n"

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
-from launch import child_env, free_port, run_json
+from helpers.launch import child_env, free_port, run_json
 from trainwell.runtime.accelerate_env import accelerate_settings, apply_accelerate_env
 
 pytest.importorskip("accelerate")

@@ -268,7 +268,7 @@ def job(out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_two_ranks_accumulated_step_is_one_big_batch(tmp_path):
-    from launch import start, torchrun, wait
+    from helpers.launch import start, torchrun, wait
 
     proc = start(torchrun(Path(__file__).resolve(), tmp_path))
     wait(proc, "the 2-rank accumulation job", timeout=TIMEOUT_S)

@@ -14,13 +14,12 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from helpers import NormalRows, RegressionModel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -29,28 +28,6 @@ import trainwell  # noqa: E402
 from trainwell.callbacks import ExportableState  # noqa: E402
 
 transformers.logging.set_verbosity_error()
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(3, 1)
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, Any]:
-        pred = self.linear(x).squeeze(-1)
-        return {"loss": F.mse_loss(pred, labels), "logits": pred}
-
-
-class Data(torch.utils.data.Dataset):
-    def __init__(self, n: int = 12) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(n, 3, generator=g), torch.randn(n, generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"x": self.x[i], "labels": self.y[i]}
 
 
 def step_counter_class(lib: Any) -> type:
@@ -77,8 +54,8 @@ def make_trainer(lib: Any, out: Path, callbacks: list, **overrides: Any) -> Any:
                   eval_steps=2, load_best_model_at_end=True, metric_for_best_model="loss", logging_steps=1,
                   disable_tqdm=True, restore_callback_states_from_checkpoint=True, **extra)
     kwargs.update(overrides)
-    return lib.Trainer(model=Net(), args=lib.TrainingArguments(**kwargs), train_dataset=Data(), eval_dataset=Data(),
-                       callbacks=callbacks)
+    return lib.Trainer(model=RegressionModel(3), args=lib.TrainingArguments(**kwargs), train_dataset=NormalRows(),
+                       eval_dataset=NormalRows(), callbacks=callbacks)
 
 
 def saved_callbacks(folder: Path) -> dict:

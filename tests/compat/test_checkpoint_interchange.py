@@ -23,6 +23,8 @@ import os
 import shutil
 from pathlib import Path
 from typing import Any
+from helpers.tensors import weights
+from helpers import NormalRows
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -59,18 +61,6 @@ class Net(nn.Module):
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
-class Data(torch.utils.data.Dataset):
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.x, self.y = torch.randn(n, 3, generator=g), torch.randn(n, generator=g)
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"x": self.x[i], "labels": self.y[i]}
-
-
 # Within one epoch, with dropout: 29 samples / batch 4 = 8 batches (the last one short), 6 steps.
 IN_EPOCH = dict(dropout=0.2, samples=29, steps=dict(max_steps=6))
 # Across epochs, no dropout: 13 samples = 4 batches per epoch (last of 1), 2 epochs = 8 steps.
@@ -87,13 +77,9 @@ def train(lib: Any, out: Path, setup: dict, resume: Any = None, **overrides: Any
                   logging_steps=1, seed=7, disable_tqdm=True, warmup_steps=2, weight_decay=0.1,
                   **setup["steps"], **extra)
     kwargs.update(overrides)
-    trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**kwargs), train_dataset=Data(setup["samples"]))
+    trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**kwargs), train_dataset=NormalRows(setup["samples"]))
     trainer.train(resume_from_checkpoint=resume)
     return trainer, model
-
-
-def weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -304,7 +290,7 @@ def test_foreign_checkpoints_and_user_files_survive_train(upstream_checkpoint_50
     (out / "user_data" / "table.csv").write_text("a,b\n1,2\n")
     (out / "README.txt").write_text("keep me")
     before = {name: _snapshot(out / name) for name in ("checkpoint-50", "checkpoint-7", "user_data")}
-    data = Data(13)
+    data = NormalRows(13)
     torch.manual_seed(0)
     args = trainwell.TrainingArguments(output_dir=str(out), per_device_train_batch_size=4, max_steps=6,
                                        logging_steps=1, disable_tqdm=True, **settings)
@@ -331,7 +317,7 @@ def test_a_save_onto_a_foreign_folder_fails_and_keeps_it(upstream_checkpoint_50,
     args = trainwell.TrainingArguments(output_dir=str(out), per_device_train_batch_size=4, max_steps=6, save_steps=2,
                                        disable_tqdm=True)
     torch.manual_seed(0)
-    trainer = trainwell.Trainer(model=Net(), args=args, train_dataset=Data(13))
+    trainer = trainwell.Trainer(model=Net(), args=args, train_dataset=NormalRows(13))
     with caplog.at_level(logging.WARNING, logger="trainwell"), \
             pytest.raises(CheckpointError, match=r"checkpoint-4 already exists and was not written by trainwell"):
         trainer.train()

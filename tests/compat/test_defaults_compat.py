@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
-from launch import run_json, torchrun
+from helpers.launch import run_json, torchrun
 
 transformers = pytest.importorskip("transformers")
 

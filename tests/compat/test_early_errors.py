@@ -11,27 +11,12 @@ import os
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
 
 import trainwell
 from trainwell import Trainer, TrainingArguments
+from helpers.models import SeededRegressor
 
 N, DIM = 10, 3
-
-
-class Regressor(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.linear = nn.Linear(DIM, 1)
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        pred = self.linear(x).squeeze(-1)
-        out = {"logits": pred}
-        if labels is not None:
-            out["loss"] = F.mse_loss(pred, labels)
-        return out
 
 
 def rows(n: int = N) -> list[dict[str, torch.Tensor]]:
@@ -58,7 +43,7 @@ def test_output_dir_that_is_a_file_fails_in_the_constructor_and_the_file_is_unto
     target.write_text("my notes")
     args = _args(trainwell, target, save_strategy="steps", save_steps=1, max_steps=2)
     with pytest.raises(ValueError, match=r"output_dir=.*results.* is an existing file.*pass another output_dir"):
-        Trainer(model=Regressor(), args=args, train_dataset=rows())
+        Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows())
     assert _tree(tmp_path) == {"results": b"my notes"}
 
 
@@ -66,7 +51,7 @@ def test_output_dir_under_a_file_fails_in_the_constructor(tmp_path):
     (tmp_path / "a_file").write_text("x")
     args = _args(trainwell, tmp_path / "a_file" / "run", save_strategy="steps", save_steps=1, max_steps=2)
     with pytest.raises(ValueError, match=r"cannot be created: .*a_file.* is a file"):
-        Trainer(model=Regressor(), args=args, train_dataset=rows())
+        Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows())
     assert _tree(tmp_path) == {"a_file": b"x"}
 
 
@@ -78,7 +63,7 @@ def test_output_dir_not_writable_fails_in_the_constructor(tmp_path):
     try:
         args = _args(trainwell, locked / "run", save_strategy="steps", save_steps=1, max_steps=2)
         with pytest.raises(PermissionError, match="is not writable"):
-            Trainer(model=Regressor(), args=args, train_dataset=rows())
+            Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows())
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o700)
@@ -86,7 +71,7 @@ def test_output_dir_not_writable_fails_in_the_constructor(tmp_path):
 
 def test_output_dir_not_written_is_not_checked_for_writing(tmp_path):
     # save_strategy="no": nothing is saved, so a missing output_dir is fine (nothing is created either)
-    trainer = Trainer(model=Regressor(), args=_args(trainwell, tmp_path / "new"), eval_dataset=rows())
+    trainer = Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path / "new"), eval_dataset=rows())
     assert trainer.evaluate()["eval_loss"] > 0
     assert not (tmp_path / "new").exists()
 
@@ -98,7 +83,7 @@ def test_eval_strategy_without_eval_dataset_raises_like_upstream(tmp_path):
     for lib in (trainwell, transformers):
         args = _args(lib, tmp_path, eval_strategy="steps", eval_steps=1, max_steps=2)
         with pytest.raises(ValueError) as info:
-            lib.Trainer(model=Regressor(), args=args, train_dataset=rows())
+            lib.Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows())
         errors.append(str(info.value))
     # word for word, except that upstream prints the enum's repr ("IntervalStrategy.STEPS") where trainwell says "steps"
     assert errors[0] == errors[1].replace("IntervalStrategy.STEPS", "steps")
@@ -115,7 +100,7 @@ def test_missing_best_metric_saves_the_due_checkpoint_then_raises_naming_the_met
     # steps: evaluate and save every 2 steps; epoch: 8 rows / batch 4 = 2 steps per epoch
     args = _args(trainwell, tmp_path, eval_strategy=strategy, eval_steps=2, save_strategy=strategy, save_steps=2,
                  max_steps=4, metric_for_best_model="f1", load_best_model_at_end=True)
-    trainer = Trainer(model=Regressor(), args=args, train_dataset=rows(8), eval_dataset=rows(6),
+    trainer = Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows(8), eval_dataset=rows(6),
                       compute_metrics=compute_metrics)
     with pytest.raises(KeyError) as info:
         trainer.train()
@@ -131,7 +116,7 @@ def test_missing_best_metric_upstream_raises_the_same_key_error(tmp_path):
     transformers = pytest.importorskip("transformers")
     args = _args(transformers, tmp_path, eval_strategy="steps", eval_steps=2, save_strategy="steps",
                  save_steps=2, max_steps=4, metric_for_best_model="f1", load_best_model_at_end=True)
-    trainer = transformers.Trainer(model=Regressor(), args=args, train_dataset=rows(), eval_dataset=rows(6))
+    trainer = transformers.Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows(), eval_dataset=rows(6))
     with pytest.raises(KeyError, match="eval_f1"):
         trainer.train()
     assert not (tmp_path / "checkpoint-2").exists()  # upstream loses the step's checkpoint; trainwell saves it
@@ -149,7 +134,7 @@ def test_numeric_strings_are_converted_as_the_parser_does(tmp_path):
     assert (parsed.learning_rate, parsed.num_train_epochs, parsed.per_device_train_batch_size, parsed.do_train) == \
         (args.learning_rate, args.num_train_epochs, args.per_device_train_batch_size, args.do_train)
     # and the converted value really trains (upstream: "TypeError: '<' not supported" deep inside)
-    trainer = Trainer(model=Regressor(), args=_args(trainwell, tmp_path, learning_rate="1e-3", max_steps="2"),
+    trainer = Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, learning_rate="1e-3", max_steps="2"),
                       train_dataset=rows())
     assert trainer.train().global_step == 2
 
@@ -164,7 +149,7 @@ def test_values_of_the_wrong_type_name_the_field(tmp_path, field, value, kind):
 
 def test_args_given_as_a_dict_says_how_to_wrap_it(tmp_path):
     with pytest.raises(TypeError, match=r"got a dict; wrap it: `Trainer\(args=TrainingArguments\(\*\*d\)\)`"):
-        Trainer(model=Regressor(), args={"output_dir": str(tmp_path), "max_steps": 2}, train_dataset=rows())
+        Trainer(model=SeededRegressor(DIM), args={"output_dir": str(tmp_path), "max_steps": 2}, train_dataset=rows())
     assert not any(tmp_path.iterdir())
 
 
@@ -173,10 +158,10 @@ def test_dataframe_says_how_to_wrap_it(tmp_path):
     pd = pytest.importorskip("pandas")
     df = pd.DataFrame({"x": [[0.0, 1.0, 2.0]] * 4, "labels": [1.0, 2.0, 3.0, 4.0]})
     with pytest.raises(TypeError, match=r"train_dataset is a pandas DataFrame.*Dataset\.from_pandas\(df\)"):
-        Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=df)
+        Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=df)
     with pytest.raises(TypeError, match=r"eval_dataset is a pandas DataFrame"):
-        Trainer(model=Regressor(), args=_args(trainwell, tmp_path), eval_dataset={"a": df})
-    trainer = Trainer(model=Regressor(), args=_args(trainwell, tmp_path))
+        Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path), eval_dataset={"a": df})
+    trainer = Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path))
     for call in (trainer.evaluate, trainer.predict):  # a dataset passed to the method is checked too
         with pytest.raises(TypeError, match=r"(eval|test)_dataset is a pandas DataFrame"):
             call(df)
@@ -188,7 +173,7 @@ def test_dataframe_wrapped_as_the_message_says_trains(tmp_path):
     data = rows()
     df = pd.DataFrame({"x": [r["x"].tolist() for r in data], "labels": [float(r["labels"]) for r in data]})
     dataset = datasets.Dataset.from_pandas(df).with_format("torch")
-    trainer = Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=dataset)
+    trainer = Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=dataset)
     assert trainer.train().global_step == 2
 
 
@@ -197,13 +182,13 @@ def test_plain_generator_says_how_to_wrap_it_and_the_wrapped_stream_trains_with_
         yield from rows()
 
     with pytest.raises(TypeError, match=r"(?s)train_dataset is a generator.*IterableDataset.*max_steps"):
-        Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=examples())
+        Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=2), train_dataset=examples())
 
     class Stream(torch.utils.data.IterableDataset):  # the wrapping the message shows
         def __iter__(self):
             return examples()
 
-    trainer = Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=5), train_dataset=Stream())
+    trainer = Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=5), train_dataset=Stream())
     out = trainer.train()
     assert out.global_step == 5  # 10 rows / batch 4 = 3 batches per pass: the stream is re-created each pass
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
@@ -211,7 +196,7 @@ def test_plain_generator_says_how_to_wrap_it_and_the_wrapped_stream_trains_with_
 
 def test_a_dict_as_train_dataset_says_how_to_wrap_it(tmp_path):
     with pytest.raises(TypeError, match=r"train_dataset is a dict.*Dataset\.from_dict\(d\)"):
-        Trainer(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=2),
+        Trainer(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=2),
                 train_dataset={"x": [[0.0] * 3], "labels": [1.0]})
 
 

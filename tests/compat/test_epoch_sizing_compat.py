@@ -12,21 +12,9 @@ import json
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
+from helpers.models import SeededRegressor
 
 transformers = pytest.importorskip("transformers")
-
-
-class Regression(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.linear = nn.Linear(3, 1)
-
-    def forward(self, x, labels=None):
-        pred = self.linear(x).squeeze(-1)
-        return {"loss": F.mse_loss(pred, labels), "logits": pred}
 
 
 def _state(lib, out, max_steps, epochs) -> dict:
@@ -35,7 +23,7 @@ def _state(lib, out, max_steps, epochs) -> dict:
     args = lib.TrainingArguments(output_dir=str(out), per_device_train_batch_size=2, gradient_accumulation_steps=3,
                                  max_steps=max_steps, num_train_epochs=epochs, save_strategy="no", report_to="none",
                                  disable_tqdm=True, use_cpu=True, logging_steps=100)
-    trainer = lib.Trainer(model=Regression(), args=args, train_dataset=data)
+    trainer = lib.Trainer(model=SeededRegressor(), args=args, train_dataset=data)
     trainer.train()
     trainer.save_state()
     state = json.loads((out / "trainer_state.json").read_text())

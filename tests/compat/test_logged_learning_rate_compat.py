@@ -10,24 +10,12 @@ import json
 
 import pytest
 import torch
-from torch import nn
-from torch.nn import functional as F
+from helpers.models import SeededRegressor
 
 transformers = pytest.importorskip("transformers")
 
 STEPS = 24
 LR = 1e-4
-
-
-class Regression(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.linear = nn.Linear(3, 1)
-
-    def forward(self, x, labels=None):
-        pred = self.linear(x).squeeze(-1)
-        return {"loss": F.mse_loss(pred, labels), "logits": pred}
 
 
 def _data() -> list[dict[str, torch.Tensor]]:
@@ -40,7 +28,7 @@ def _run(lib, out, callbacks=(), **extra):
     args = lib.TrainingArguments(output_dir=str(out), per_device_train_batch_size=2, max_steps=STEPS,
                                  learning_rate=LR, lr_scheduler_type="linear", logging_steps=4, save_strategy="no",
                                  report_to="none", disable_tqdm=True, use_cpu=True, seed=0, **extra)
-    trainer = lib.Trainer(model=Regression(), args=args, train_dataset=_data(), callbacks=list(callbacks))
+    trainer = lib.Trainer(model=SeededRegressor(), args=args, train_dataset=_data(), callbacks=list(callbacks))
     trainer.train()
     return [(e["step"], e["learning_rate"]) for e in trainer.state.log_history if "learning_rate" in e]
 

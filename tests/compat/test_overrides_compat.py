@@ -17,24 +17,9 @@ from torch.nn import functional as F
 
 import trainwell
 from trainwell.utils.overrides import accepts, call_override
+from helpers.models import SeededRegressor
 
 N, DIM = 13, 3  # an odd length: the last batch of 4 holds one row
-
-
-class Regressor(nn.Module):
-    """``forward(x, labels) -> {"loss", "logits"}``, the shape both Trainers accept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.linear = nn.Linear(DIM, 1)
-
-    def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        pred = self.linear(x).squeeze(-1)
-        out = {"logits": pred}
-        if labels is not None:
-            out["loss"] = F.mse_loss(pred, labels)
-        return out
 
 
 class Rows(torch.utils.data.Dataset):
@@ -89,7 +74,7 @@ def _metrics(out: dict[str, float]) -> dict[str, float]:
 
 
 def test_old_compute_loss_in_train_evaluate_and_predict(tmp_path):
-    trainer = _old_compute_loss_trainer(trainwell)(model=Regressor(), args=_args(trainwell, tmp_path),
+    trainer = _old_compute_loss_trainer(trainwell)(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path),
                                                    train_dataset=Rows(), eval_dataset=Rows(7))
     before = trainer.evaluate()
     trainer.train()
@@ -106,9 +91,10 @@ def test_old_compute_loss_in_train_evaluate_and_predict(tmp_path):
 
 def test_old_compute_loss_same_metrics_as_upstream(tmp_path):
     transformers = pytest.importorskip("transformers")
-    ours = _old_compute_loss_trainer(trainwell)(model=Regressor(), args=_args(trainwell, tmp_path / "a"),
+    ours = _old_compute_loss_trainer(trainwell)(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path / "a"),
                                                 train_dataset=Rows(), eval_dataset=Rows(7))
-    theirs = _new_compute_loss_trainer(transformers)(model=Regressor(), args=_args(transformers, tmp_path / "b"),
+    theirs = _new_compute_loss_trainer(transformers)(model=SeededRegressor(DIM),
+                                                     args=_args(transformers, tmp_path / "b"),
                                                      train_dataset=Rows(), eval_dataset=Rows(7))
     assert _metrics(ours.evaluate()) == pytest.approx(_metrics(theirs.evaluate()), rel=1e-6)
     ours.train()
@@ -122,7 +108,7 @@ def test_old_compute_loss_same_metrics_as_upstream(tmp_path):
 def test_upstream_itself_rejects_the_old_compute_loss_in_evaluate(tmp_path):
     # why the helper exists: the oracle passes num_items_in_batch to compute_loss in prediction_step
     transformers = pytest.importorskip("transformers")
-    theirs = _old_compute_loss_trainer(transformers)(model=Regressor(), args=_args(transformers, tmp_path),
+    theirs = _old_compute_loss_trainer(transformers)(model=SeededRegressor(DIM), args=_args(transformers, tmp_path),
                                                      eval_dataset=Rows(7))
     with pytest.raises(TypeError, match="num_items_in_batch"):
         theirs.evaluate()
@@ -140,7 +126,7 @@ def _old_training_step_trainer(lib, calls: list[int]):
 def test_old_training_step_with_short_last_accumulation_window(tmp_path):
     calls: list[int] = []
     args = _args(trainwell, tmp_path, gradient_accumulation_steps=3, num_train_epochs=1)
-    trainer = _old_training_step_trainer(trainwell, calls)(model=Regressor(), args=args, train_dataset=Rows())
+    trainer = _old_training_step_trainer(trainwell, calls)(model=SeededRegressor(DIM), args=args, train_dataset=Rows())
     out = trainer.train()
     assert calls == [4, 4, 4, 1]  # 13 rows, batches of 4: one full window of 3 and a short one of 1
     assert out.global_step == 2 and np.isfinite(out.training_loss)
@@ -153,9 +139,9 @@ def test_old_training_step_same_weights_as_upstream(tmp_path):
         def training_step(self, model, inputs, num_items_in_batch=None):
             return super().training_step(model, inputs, num_items_in_batch)
 
-    ours = _old_training_step_trainer(trainwell, [])(model=Regressor(), args=_args(trainwell, tmp_path / "a"),
+    ours = _old_training_step_trainer(trainwell, [])(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path / "a"),
                                                      train_dataset=Rows())
-    theirs = NewStep(model=Regressor(), args=_args(transformers, tmp_path / "b"), train_dataset=Rows())
+    theirs = NewStep(model=SeededRegressor(DIM), args=_args(transformers, tmp_path / "b"), train_dataset=Rows())
     ours.train()
     theirs.train()
     for a, b in zip(ours.model.parameters(), theirs.model.parameters()):
@@ -172,7 +158,7 @@ def test_old_create_scheduler_signature(tmp_path):
             return self.lr_scheduler
 
     args = _args(trainwell, tmp_path, num_train_epochs=1)
-    trainer = OldScheduler(model=Regressor(), args=args, train_dataset=Rows())
+    trainer = OldScheduler(model=SeededRegressor(DIM), args=args, train_dataset=Rows())
     trainer.train()
     assert seen == [4]
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** 4)
@@ -186,7 +172,7 @@ def test_old_create_optimizer_and_scheduler_signature(tmp_path):
             seen.append(num_training_steps)
             super().create_optimizer_and_scheduler(num_training_steps)
 
-    Old(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=3), train_dataset=Rows()).train()
+    Old(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=3), train_dataset=Rows()).train()
     assert seen == [3]
 
 
@@ -202,7 +188,7 @@ def test_new_signatures_still_receive_the_new_arguments(tmp_path):
             got.setdefault("items", []).append(num_items_in_batch)
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    trainer = New(model=Regressor(), args=_args(trainwell, tmp_path, max_steps=1), train_dataset=Rows())
+    trainer = New(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, max_steps=1), train_dataset=Rows())
     trainer.train()
     assert got["optimizer"] is trainer.optimizer
 
@@ -248,7 +234,7 @@ def test_old_get_train_sampler_without_the_dataset_argument(tmp_path):
         def _get_train_sampler(self):  # upstream 4.x signature: reads self.train_dataset
             return torch.utils.data.SequentialSampler(self.train_dataset)
 
-    trainer = OldSampler(model=Regressor(), args=_args(trainwell, tmp_path, num_train_epochs=1),
+    trainer = OldSampler(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path, num_train_epochs=1),
                          train_dataset=Rows())
     loader = trainer.get_train_dataloader()
     first = next(iter(loader))
@@ -265,7 +251,7 @@ def test_old_save_checkpoint_signature(tmp_path):
             return super()._save_checkpoint(model, trial)
 
     args = _args(trainwell, tmp_path, num_train_epochs=1, save_strategy="steps", save_steps=2)
-    OldSave(model=Regressor(), args=args, train_dataset=Rows()).train()
+    OldSave(model=SeededRegressor(DIM), args=args, train_dataset=Rows()).train()
     assert saved == [2, 4]
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2",
                                                                                             "checkpoint-4"]

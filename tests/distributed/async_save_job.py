@@ -34,6 +34,7 @@ torch.set_num_threads(1)
 from trainwell import Trainer, TrainerCallback, TrainingArguments, get_last_checkpoint, set_seed  # noqa: E402
 from trainwell.checkpoint import manager as checkpoint_manager  # noqa: E402
 from trainwell.checkpoint.layout import CheckpointError  # noqa: E402
+from jobs import make_data  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))
 
@@ -47,12 +48,6 @@ class DropoutMLP(nn.Module):
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"loss": nn.functional.cross_entropy(self.fc2(self.drop(torch.tanh(self.fc1(x)))), labels)}
-
-
-def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(3)
-    x, y = torch.randn(n, 6, generator=gen), torch.randint(0, 3, (n,), generator=gen)
-    return [{"x": x[i], "labels": y[i]} for i in range(n)]
 
 
 class Begin(TrainerCallback):

@@ -27,6 +27,7 @@ from torch import nn  # noqa: E402
 torch.set_num_threads(1)
 
 from trainwell import Trainer, TrainingArguments, set_seed  # noqa: E402
+from jobs import backend_args, make_data  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
@@ -44,24 +45,6 @@ class Net(nn.Module):
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         logits = self.fc2(self.norm(torch.tanh(self.fc1(x))))
         return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
-
-
-def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randn(n, 6, generator=gen)
-    y = torch.randint(0, 3, (n,), generator=gen)
-    return [{"x": x[i], "labels": y[i]} for i in range(n)]
-
-
-def backend_args(name: str) -> dict:
-    if name == "fsdp":
-        return {"fsdp": "full_shard"}
-    if name in ("zero2", "zero3"):
-        return {"deepspeed": {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": int(name[-1])}},
-                "ddp_backend": "gloo"}
-    return {}
 
 
 def train(root: Path, backend: str, name: str, resume: str | None) -> None:

@@ -1,7 +1,8 @@
-"""The end the 2-rank jobs of this folder share: rank 0 writes the results, then every rank leaves together.
+"""What the 2-rank jobs of this folder share: their classification rows, the arguments that pick a backend, and
+their end (rank 0 writes the results, then every rank leaves together).
 
 Imported by the jobs (torchrun runs them as scripts, with this folder first on ``sys.path``), the test files that
-are their own job included; the tests read the file back with ``launch.run_json``.
+are their own job included; the tests read the file back with ``helpers.launch.run_json``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,27 @@ from typing import Any
 
 import torch
 
-__all__ = ["finish"]
+__all__ = ["backend_args", "finish", "make_data"]
+
+
+def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:
+    """``n`` rows ``{"x": (6,), "labels": class in 0..2}`` drawn from a generator seeded with 3."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(n, 6, generator=gen)
+    y = torch.randint(0, 3, (n,), generator=gen)
+    return [{"x": x[i], "labels": y[i]} for i in range(n)]
+
+
+def backend_args(name: str) -> dict:
+    """The ``TrainingArguments`` that select backend ``name`` (``ddp``, ``fsdp``, ``zero2``, ``zero3``) on gloo."""
+    if name == "fsdp":
+        return {"fsdp": "full_shard"}
+    if name in ("zero2", "zero3"):
+        return {"deepspeed": {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": int(name[-1])}},
+                "ddp_backend": "gloo"}
+    return {}
 
 
 def finish(path: Path, results: Any) -> None:

@@ -34,6 +34,7 @@ torch.set_num_threads(1)
 
 from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
 from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402
+from jobs import backend_args, make_data  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))
 
@@ -53,13 +54,6 @@ class DropoutMLP(nn.Module):
         if labels is not None:
             out = {"loss": nn.functional.cross_entropy(logits, labels), **out}
         return out
-
-
-def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randn(n, 6, generator=gen)
-    y = torch.randint(0, 3, (n,), generator=gen)
-    return [{"x": x[i], "labels": y[i]} for i in range(n)]
 
 
 class KillAtStep(TrainerCallback):
@@ -118,17 +112,6 @@ def slow_cleanup() -> None:
         return recover(root, *args)
 
     layout._recover_interrupted_replace = slow_recover
-
-
-def backend_args(name: str) -> dict:
-    if name == "fsdp":
-        return {"fsdp": "full_shard"}
-    if name in ("zero2", "zero3"):
-        return {"deepspeed": {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-                              "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
-                              "steps_per_print": 10 ** 9, "zero_optimization": {"stage": int(name[-1])}},
-                "ddp_backend": "gloo"}
-    return {}
 
 
 def main(out: Path, backend: str) -> None:

@@ -93,7 +93,7 @@ def job(out: Path) -> None:
 # ------------------------------------------------------------------------------------------------ the test
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
-    from launch import start, torchrun, wait  # here: the job (this file) runs without tests/ on sys.path
+    from helpers.launch import start, torchrun, wait  # here: the job (this file) runs without tests/ on sys.path
 
     out = tmp_path_factory.mktemp("accumulation_ranks")
     script = Path(__file__).resolve()

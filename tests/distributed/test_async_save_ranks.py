@@ -6,7 +6,7 @@ write leaves the previous checkpoint the newest valid one and the relaunch ends 
 CheckpointError on both ranks, at the same step; the save made on SIGTERM is committed before ``train()`` returns.
 FSDP2 the same: the shards are copied to host memory in the training thread and written by DCP in the background.
 ZeroRedundancyOptimizer (``sharded_ddp``), whose state is consolidated with collectives on the training group,
-refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/test_checkpoint_async.py``).
+refuses ``async_save`` when the Trainer is built (DeepSpeed: ``tests/checkpoint/test_checkpoint_async.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, start, torchrun, wait
+from helpers.launch import child_env, start, torchrun, wait
 from trainwell.checkpoint.layout import COMPLETE_MARKER, list_complete_checkpoints, read_marker, verify_checkpoint
+from helpers.tensors import final_weights
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -35,12 +36,6 @@ def _start(out: Path, mode: str, **extra_env: str) -> subprocess.Popen:
 
 def _finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
     return wait(proc, "the 2-rank job", timeout=TIMEOUT_S, check=False)
-
-
-def _weights(out: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(out / "final.safetensors"))
 
 
 def _begin_steps(log: str) -> dict[int, int]:
@@ -87,7 +82,7 @@ def test_async_and_sync_ddp_checkpoints_hold_the_same_files(reference):
             # torch.save stamps a serialization id: compare sizes and the loaded values
             assert files_a[file]["size"] == files_s[file]["size"], (name, file)
             assert _same(torch.load(a / file, weights_only=False), torch.load(s / file, weights_only=False)), file
-    want, got = _weights(sync), _weights(async_)
+    want, got = final_weights(sync), final_weights(async_)
     assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
 
 
@@ -115,7 +110,7 @@ def test_async_and_sync_fsdp_checkpoints_hold_the_same_shards(fsdp_reference):
         assert len(shards) == 2 and "fsdp_state/.metadata" in files_a
         for file in [*shards, "model.safetensors", "data_state.json", "trainer_state.json"]:
             assert files_a[file] == files_s[file], (name, file)  # size and checksum
-    want, got = _weights(sync), _weights(async_)
+    want, got = final_weights(sync), final_weights(async_)
     assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
 
 
@@ -130,7 +125,7 @@ def test_fsdp_rank_killed_during_the_background_dcp_write_resumes_bit_exactly(fs
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-6000:]
     assert _begin_steps(log) == {0: 3, 1: 3}
-    want, got = _weights(fsdp_reference["sync-fsdp"]), _weights(out)
+    want, got = final_weights(fsdp_reference["sync-fsdp"]), final_weights(out)
     assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
 
 
@@ -153,7 +148,7 @@ def test_a_rank_killed_during_the_background_write_resumes_bit_exactly(reference
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-6000:]
     assert _begin_steps(log) == {0: resumes_at, 1: resumes_at}
-    want, got = _weights(reference["sync"]), _weights(out)
+    want, got = final_weights(reference["sync"]), final_weights(out)
     assert sorted(want) == sorted(got)
     for key, value in want.items():
         assert torch.equal(got[key], value), key
@@ -201,7 +196,7 @@ def test_the_preemption_save_is_committed_before_train_returns_and_resumes_bit_e
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-6000:]
     assert _begin_steps(log) == {0: 4, 1: 4}
-    want, got = _weights(reference["sync"]), _weights(out)
+    want, got = final_weights(reference["sync"]), final_weights(out)
     assert sorted(want) == sorted(got) and all(torch.equal(got[k], v) for k, v in want.items())
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, free_port, run, run_json, torchrun
+from helpers.launch import child_env, free_port, run, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 

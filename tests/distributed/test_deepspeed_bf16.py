@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import child_env, run_json, torchrun
+from helpers.launch import child_env, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, run, torchrun
+from helpers.launch import child_env, run, torchrun
+from helpers.tensors import final_weights
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -61,12 +62,6 @@ def _has_deepspeed() -> bool:
     return True
 
 
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(folder / "final.safetensors"))
-
-
 def _assert_close(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
     assert sorted(got) == sorted(want)
     for name, tensor in want.items():
@@ -82,16 +77,16 @@ def test_resized_resume_ends_on_the_uninterrupted_weights(root, backend, resumed
     if backend.startswith("zero"):
         pytest.importorskip("deepspeed")
     out = root / backend
-    want = _weights(out / uninterrupted)
+    want = final_weights(out / uninterrupted)
     if (out / "a1").is_dir() and (out / "a2").is_dir():  # ground truth: both sizes train the same model
-        _assert_close(_weights(out / "a1"), _weights(out / "a2"))
+        _assert_close(final_weights(out / "a1"), final_weights(out / "a2"))
     # the resumed run really ran on the other size, to the end
     import json
 
     world = json.loads((out / resumed / "result.json").read_text())["world_size"]
     assert world == (1 if resumed == "r21" else 2)
     assert json.loads((out / resumed / "result.json").read_text())["global_step"] == 12
-    _assert_close(_weights(out / resumed), want)
+    _assert_close(final_weights(out / resumed), want)
     assert not [p.name for p in out.rglob(".tmp-universal-*")]  # the DeepSpeed conversion is removed
 
 
@@ -101,7 +96,7 @@ def test_ddp_resumes_a_sharded_fsdp_checkpoint(root):
     import json
 
     assert json.loads((root / "ddp" / "from_fsdp" / "result.json").read_text()) == {"global_step": 12, "world_size": 2}
-    _assert_close(_weights(root / "ddp" / "from_fsdp"), _weights(root / "fsdp" / "a2"))
+    _assert_close(final_weights(root / "ddp" / "from_fsdp"), final_weights(root / "fsdp" / "a2"))
 
 
 def test_a_checkpoint_of_fsdp_is_refused_by_deepspeed(root):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from launch import start, torchrun, wait
+from helpers.launch import start, torchrun, wait
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -64,7 +64,7 @@ def _job(out: str, mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["trainwell", "user"])
 def test_process_group_is_closed_at_exit_only_when_trainwell_created_it(tmp_path, mode):
-    from launch import run, torchrun  # here: the job (this file) runs without tests/ on sys.path
+    from helpers.launch import run, torchrun  # here: the job (this file) runs without tests/ on sys.path
 
     out = tmp_path / "state"
     run(torchrun(Path(__file__).resolve(), out, mode), "the 2-rank job", timeout=300)
@@ -73,7 +73,7 @@ def test_process_group_is_closed_at_exit_only_when_trainwell_created_it(tmp_path
 
 
 def test_a_rank_leaving_on_an_exception_closes_its_group_without_waiting_for_blocked_peers(tmp_path):
-    from launch import run, torchrun
+    from helpers.launch import run, torchrun
 
     out = tmp_path / "state"
     done = run(torchrun(Path(__file__).resolve(), out, "raises"), "the 2-rank job", timeout=300, check=False)

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, start, torchrun, wait
+from helpers.launch import child_env, start, torchrun, wait
+from helpers.tensors import final_weights
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -65,12 +66,6 @@ def _start(out: Path, backend: str, kill: tuple[str, str] | None,
         env[kill[0]] = kill[1]
     env.update(extra_env or {})
     return start(torchrun(JOB, out, backend), env=env, merge=False)
-
-
-def _weights(out: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(out / "final.safetensors"))
 
 
 def _resume_steps(out: Path) -> set[int]:
@@ -152,7 +147,7 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
     begin = _begin_steps(log)
     assert begin.keys() == {0, 1} and len(set(begin.values())) == 1 and begin[0] in allowed - {0}, (begin, allowed)
     assert "start fresh" not in log and "not restored" not in log
-    want, got = _weights(tmp_path / "reference"), _weights(out)
+    want, got = final_weights(tmp_path / "reference"), final_weights(out)
     assert sorted(got) == sorted(want)
     for name, tensor in want.items():
         assert torch.equal(got[name], tensor), name
@@ -161,7 +156,7 @@ def test_killed_ranks_resume_to_the_uninterrupted_weights(backend, tmp_path):
 
         want, got = (get_fp32_state_dict_from_zero_checkpoint(run / "checkpoint-12")
                      for run in (tmp_path / "reference", out))
-        assert sorted(got) == sorted(want) == sorted(_weights(out))
+        assert sorted(got) == sorted(want) == sorted(final_weights(out))
         for name, tensor in want.items():
             assert tensor.dtype == torch.float32 and torch.equal(got[name], tensor), name
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from launch import child_env, free_port, start, torchrun, wait
+from helpers.launch import child_env, free_port, start, torchrun, wait
 
 JOB = Path(__file__).with_name("kill_job.py")
 TIMEOUT_S = 300

@@ -89,7 +89,7 @@ def test_the_watch_keeps_reporting_while_it_waits_and_stops_after(env, capsys):
 
 @pytest.mark.slow
 def test_a_leftover_world_size_fails_at_once_in_a_real_process(tmp_path):
-    from launch import child_env, run
+    from helpers.launch import child_env, run
 
     env = child_env(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0")
     done = run([sys.executable, "-c", "import sys\n" + SCRIPT, tmp_path / "out"], "the script", timeout=120,
@@ -101,7 +101,7 @@ def test_a_leftover_world_size_fails_at_once_in_a_real_process(tmp_path):
 @pytest.mark.slow
 def test_a_rendezvous_waiting_for_a_missing_rank_says_so(tmp_path):
     """Rank 0 of 2 started alone with a complete environment: it waits (legitimately) and says for whom."""
-    from launch import _kill, child_env, free_port, start
+    from helpers.launch import _kill, child_env, free_port, start
 
     port = free_port()
     env = child_env(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

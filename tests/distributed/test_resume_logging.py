@@ -74,7 +74,7 @@ def job(out: Path) -> None:
 # ------------------------------------------------------------------------------------------------ the test
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from launch import run_json, torchrun  # here: the job (this file) runs without tests/ on sys.path
+    from helpers.launch import run_json, torchrun  # here: the job (this file) runs without tests/ on sys.path
 
     out = tmp_path_factory.mktemp("resume_logging")
     return run_json(torchrun(Path(__file__).resolve(), out), out / "results.json", "the 2-rank job", timeout=TIMEOUT_S)

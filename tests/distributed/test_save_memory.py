@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import child_env, run_json, torchrun
+from helpers.launch import child_env, run_json, torchrun
 
 JOB = Path(__file__).with_name("save_memory_job.py")
 LAYERS, WIDTH = 48, 512

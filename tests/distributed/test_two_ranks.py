@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from launch import start, torchrun, wait
+from helpers.launch import start, torchrun, wait
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

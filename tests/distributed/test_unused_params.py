@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import run_json, torchrun
+from helpers.launch import run_json, torchrun
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import pytest
 
 import examples_cases as cases
-import launch
+from helpers import launch
 
 RUNNER = Path(__file__).resolve().parent / "run_example.py"
 TIMEOUT = 600

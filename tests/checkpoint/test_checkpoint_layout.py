@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,13 +23,7 @@ from trainwell.checkpoint.layout import (
     write_atomic,
 )
 from trainwell.trainer_utils import get_last_checkpoint
-
-
-def dead_pid() -> int:
-    """The pid of a process that has exited (for temporary folders left by a killed trainer)."""
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+from helpers.launch import dead_pid
 
 
 def _save(root: Path, step: int, payload: bytes = b"weights") -> Path:

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
+from helpers.launch import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 TINY = ["--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1", "--per_device_train_batch_size", "4",
         "--per_device_eval_batch_size", "64"]
 
@@ -69,7 +70,7 @@ def test_a_fresh_cli_run_into_a_used_folder_is_refused_and_overwrite_starts_over
 
 
 def _trainer(out: Path, max_steps: int, **kwargs) -> Trainer:
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
 
     torch.manual_seed(0)
     args = TrainingArguments(output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=4, save_steps=2,

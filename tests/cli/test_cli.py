@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from trainwell.cli.main import CLIError, add_subcommand, main, parse_training_args
+from helpers.launch import ROOT
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = ROOT / "examples"
 
 RECIPE_MODULE = '''
 import torch

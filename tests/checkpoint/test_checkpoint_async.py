@@ -21,8 +21,10 @@ from torch import nn
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint.async_save import HostCopier
 from trainwell.checkpoint.layout import CheckpointError, list_complete_checkpoints, read_marker, verify_checkpoint
+from helpers.launch import ROOT, free_port
+from helpers.tensors import final_weights
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 JOB = textwrap.dedent('''
     import sys
@@ -83,12 +85,6 @@ def _assert_same(a, b) -> None:
         assert a == b
 
 
-def _final(out: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    return load_file(str(out / "final.safetensors"))
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """One uninterrupted synchronous run and one asynchronous run."""
@@ -115,8 +111,8 @@ def test_async_checkpoints_hold_the_same_bytes_as_sync(reference):
         for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):  # torch.save stamps a serialization id
             assert files_a[name]["size"] == files_s[name]["size"], (step, name)
             _assert_same(torch.load(a / name, weights_only=False), torch.load(s / name, weights_only=False))
-    for key, value in _final(sync).items():
-        assert torch.equal(value, _final(async_)[key])
+    for key, value in final_weights(sync).items():
+        assert torch.equal(value, final_weights(async_)[key])
 
 
 @pytest.mark.slow
@@ -131,8 +127,8 @@ def test_a_kill_during_the_background_write_resumes_from_the_previous_checkpoint
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # phase "files": the temporary folder is removed; "rename": it is complete (marked) and is renamed into place
     assert ".tmp-checkpoint-4" in resumed.stderr
-    expected = _final(reference["sync"])
-    for key, value in _final(out).items():
+    expected = final_weights(reference["sync"])
+    for key, value in final_weights(out).items():
         assert torch.equal(value, expected[key]), key
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp-")]
 
@@ -232,7 +228,7 @@ def test_async_save_is_refused_with_an_engine_that_writes_its_own_files(tmp_path
     script = tmp_path / "refused.py"
     script.write_text(REFUSED)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port()), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+           "MASTER_PORT": str(free_port()), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(REPO / "tests" / "distributed")],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -240,9 +236,3 @@ def test_async_save_is_refused_with_an_engine_that_writes_its_own_files(tmp_path
     assert "DeepSpeed's save_checkpoint" in proc.stdout and "set async_save=False" in proc.stdout
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

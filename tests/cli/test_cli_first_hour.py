@@ -19,8 +19,9 @@ import torch
 
 from trainwell import Trainer, TrainingArguments
 from trainwell.cli.main import main
+from helpers.launch import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 TINY = ["--max_steps", "6", "--eval_steps", "3", "--save_steps", "3", "--logging_steps", "1",
         "--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "16"]
 
@@ -158,7 +159,7 @@ def test_signal_stops_with_status_and_resume_command(tmp_path, sig, status):
 
 
 def _tiny_trainer(out_dir: Path, max_steps: int = 4, **kwargs) -> Trainer:
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
 
     torch.manual_seed(0)
     args = TrainingArguments(output_dir=str(out_dir), max_steps=max_steps, per_device_train_batch_size=4,

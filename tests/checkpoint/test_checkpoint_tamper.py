@@ -19,13 +19,12 @@ import pytest
 import torch
 from torch import nn
 
-from launch import child_env, run, torchrun
+from helpers.launch import ROOT, child_env, run, torchrun
 from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint import layout
 from trainwell.checkpoint.layout import CheckpointError
 from trainwell.checkpoint.manager import CheckpointManager
 
-ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "tests" / "distributed" / "kill_job.py"
 
 

@@ -19,6 +19,7 @@ from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint.layout import CheckpointError
 from trainwell.data.samplers import ResumableSampler
 from trainwell.trainer_utils import get_last_checkpoint
+from helpers.tensors import weights
 
 torch.set_num_threads(1)
 
@@ -103,10 +104,6 @@ def scalar_trainer(out: Path, **overrides) -> Trainer:
 
 def names(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.name.startswith(("checkpoint-", ".tmp-")))
-
-
-def weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 # ------------------------------------------------------------------------------------- damaged checkpoints

@@ -197,7 +197,7 @@ def test_save_only_model_and_per_rank_rng_file_name(tmp_path):
     assert not (folder / "optimizer.pt").exists() and not (folder / "rng_state.pth").exists()
 
     # Every rank's rng_state_<rank>.pth is written into the temporary folder before the marker: a real 2-process
-    # job checks it (tests/distributed/test_kill_resume.py, tests/test_checkpoint_tamper.py).
+    # job checks it (tests/distributed/test_kill_resume.py, tests/checkpoint/test_checkpoint_tamper.py).
     contents.save_only_model = False
     CheckpointManager(tmp_path, rank=0, world_size=2).save(2, contents)
     names = {p.name for p in (tmp_path / "checkpoint-2").iterdir()}

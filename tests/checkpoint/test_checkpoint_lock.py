@@ -19,10 +19,10 @@ from trainwell.checkpoint.layout import COMPLETE_MARKER
 from trainwell.checkpoint.lock import LOCK_NAME, OutputDirLock, OutputDirLockedError
 from trainwell.trainer_utils import get_last_checkpoint
 
-from conftest import RegressionModel, regression_data
-from launch import run, torchrun
+from helpers import RegressionModel, regression_data
+from helpers.launch import ROOT, dead_pid, run, torchrun
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 def make_trainer(out: Path, callbacks: list | None = None, **overrides) -> Trainer:
@@ -33,18 +33,12 @@ def make_trainer(out: Path, callbacks: list | None = None, **overrides) -> Train
                    callbacks=callbacks)
 
 
-def dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
 # ------------------------------------------------------------------------------------------------ two processes
 TRAIN_SCRIPT = textwrap.dedent('''
     import sys, time
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
     from trainwell import Trainer, TrainerCallback, TrainingArguments
 
     out, started = sys.argv[1], Path(sys.argv[2])
@@ -205,7 +199,7 @@ RANKS_SCRIPT = textwrap.dedent('''
     import json, socket, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from conftest import RegressionModel, regression_data
+    from helpers import RegressionModel, regression_data
     from trainwell import Trainer, TrainingArguments
     from trainwell.checkpoint.lock import OutputDirLockedError
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
-from launch import free_port
+from helpers.launch import free_port
 from trainwell import Trainer, TrainingArguments
 from trainwell.callbacks import TrainerCallback
 from trainwell.loops import eval_loop

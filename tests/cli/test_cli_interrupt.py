@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.launch import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 
 
 def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, str]:

@@ -14,6 +14,7 @@ from typing import List, Literal, Optional, Union  # noqa: UP035
 import pytest
 
 from trainwell.args.parser import ArgParser, HfArgumentParser, string_to_bool
+from helpers.launch import ROOT
 
 
 class Color(str, Enum):
@@ -303,7 +304,7 @@ def test_training_arguments_like_dataclass(capsys):
 
 @pytest.mark.slow
 def test_import_is_light():
-    source = Path(__file__).resolve().parents[1] / "trainwell" / "parser.py"
+    source = ROOT / "trainwell" / "args" / "parser.py"
     code = f"import runpy, sys; runpy.run_path({str(source)!r}); print('torch' in sys.modules, 'yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]

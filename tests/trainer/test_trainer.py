@@ -13,10 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainwell import Trainer, TrainerCallback, TrainingArguments
-
-
-def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+from helpers.tensors import weights
 
 
 def _logged(trainer: Trainer, key: str) -> dict[int, float]:
@@ -147,7 +144,7 @@ def _run(tiny, make_args, **overrides):
     trainer = Trainer(model=_fresh(tiny.RegressionModel), args=make_args(logging_steps=1, **overrides),
                       train_dataset=tiny.regression_data(48))
     trainer.train()
-    return _logged(trainer, "loss"), _weights(trainer.model)
+    return _logged(trainer, "loss"), weights(trainer.model)
 
 
 def test_same_seed_same_losses_and_weights(tiny, make_args):
@@ -181,7 +178,7 @@ def _train_lm(tiny, make_args, model_cls, data, batch, accumulation, optim, lr):
     trainer = Trainer(model=_fresh(model_cls), args=args, train_dataset=data)
     trainer.train()
     assert trainer.state.global_step == 4
-    return trainer, _weights(trainer.model)
+    return trainer, weights(trainer.model)
 
 
 def test_accumulation_samples_same_groups_as_big_batch(tiny, make_args):
@@ -202,7 +199,7 @@ def test_accumulation_8x4_equals_32x1_token_mean(tiny, make_args, optim, lr):
     data = tiny.token_data(64)
     _, accumulated = _train_lm(tiny, make_args, tiny.TokenLM, data, 8, 4, optim, lr)
     _, single = _train_lm(tiny, make_args, tiny.TokenLM, data, 32, 1, optim, lr)
-    initial = _weights(_fresh(tiny.TokenLM))
+    initial = weights(_fresh(tiny.TokenLM))
     for name in single:
         assert not torch.allclose(single[name], initial[name])  # it trained
         torch.testing.assert_close(accumulated[name], single[name], atol=1e-6, rtol=1e-5)
@@ -491,8 +488,8 @@ def test_gradient_checkpointing_gives_same_weights(tiny, make_args):
     ckpt.train()
     assert len(calls) == 2 * 3  # forward, then recomputed in backward, at each of the 3 steps
     assert all(getattr(block, "_trainwell_checkpointed", False) for block in ckpt.model.blocks)
-    a, b = _weights(plain.model), _weights(ckpt.model)
-    assert not torch.equal(a["inp.weight"], _weights(_fresh(tiny.BlockStack))["inp.weight"])
+    a, b = weights(plain.model), weights(ckpt.model)
+    assert not torch.equal(a["inp.weight"], weights(_fresh(tiny.BlockStack))["inp.weight"])
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-7, rtol=1e-6)
 
@@ -506,7 +503,7 @@ def test_torch_compile_eager_backend_trains_like_eager(tiny, make_args):
                        train_dataset=data)
     compiled.train()
     assert hasattr(compiled.model_wrapped, "_orig_mod")
-    a, b = _weights(plain.model), _weights(compiled.model)
+    a, b = weights(plain.model), weights(compiled.model)
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-7, rtol=1e-6)
 
@@ -521,11 +518,11 @@ def test_model_init_recreates_model_at_train(tiny, make_args):
     trainer = Trainer(model_init=model_init, args=make_args(max_steps=2), train_dataset=tiny.regression_data(64))
     assert len(built) == 1 and trainer.model is built[0]
     trainer.train()
-    first = _weights(trainer.model)
+    first = weights(trainer.model)
     assert len(built) == 2 and trainer.model is built[1]
     trainer.train()
     assert len(built) == 3 and trainer.model is built[2]
-    assert all(torch.equal(first[k], v) for k, v in _weights(trainer.model).items())  # seeded before model_init
+    assert all(torch.equal(first[k], v) for k, v in weights(trainer.model).items())  # seeded before model_init
 
 
 # --------------------------------------------------------------------------------------- saving and reporting
@@ -539,8 +536,8 @@ def test_save_model_reloads_to_equal_weights(tiny, make_args, tmp_path):
     trainer.save_model(str(target))
     assert (target / "model.safetensors").exists() and (target / "training_args.bin").exists()
     loaded = load_file(str(target / "model.safetensors"))
-    weights = _weights(trainer.model)
-    assert set(loaded) == set(weights) and all(torch.equal(loaded[k], weights[k]) for k in weights)
+    final = weights(trainer.model)
+    assert set(loaded) == set(final) and all(torch.equal(loaded[k], final[k]) for k in final)
     fresh = tiny.RegressionModel()
     fresh.load_state_dict(loaded)
     assert torch.equal(fresh.linear.weight, trainer.model.linear.weight)

@@ -11,8 +11,9 @@ import torch
 
 from trainwell.cli.recipes import RecipeError, call_factory, default_recipe, load_object, load_recipe
 from trainwell.cli.recipes import charlm
+from helpers.launch import ROOT
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import RegressionModel, regression_data
+from helpers import RegressionModel, regression_data
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 
 

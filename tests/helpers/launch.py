@@ -9,7 +9,7 @@ A job that outlives its time limit is killed with every process it started (its 
 session of its own) and fails the test with the tail of its output; so does a job that exits with an error, unless
 the test asked for the exit status itself (``check=False``).
 
-Imported as ``launch`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there).
+Imported as ``helpers.launch`` (pytest puts ``tests/`` on ``sys.path``: ``tests/conftest.py`` lives there).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any, Iterable, Sequence
 
 import pytest
 
-__all__ = ["LAUNCH_VARS", "ROOT", "child_env", "free_port", "run", "run_json", "start", "torchrun", "wait"]
+__all__ = ["LAUNCH_VARS", "ROOT", "child_env", "dead_pid", "free_port", "run", "run_json", "start", "torchrun", "wait"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # What torchrun, the DeepSpeed launcher, srun and mpirun set: a child that inherits one would join the wrong group.
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE")
@@ -39,6 +39,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (what a killed trainer leaves in its lock and temporary folder names)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 def child_env(*, drop: Iterable[str] = (), **extra: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint.layout import COMPLETE_MARKER, CheckpointError, read_marker
 from trainwell.callbacks.state import TrainerState, trainer_state_problems
 
-from conftest import RegressionModel, regression_data
+from helpers import RegressionModel, regression_data
 
 
 def make_trainer(out: Path, **overrides) -> Trainer:

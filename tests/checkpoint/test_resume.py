@@ -1,8 +1,8 @@
 """Acceptance of bit-exact resume: a job killed (SIGKILL, also mid-save) or preempted (SIGTERM) and resumed ends
 with exactly the weights and the per-step logs of the same job run without interruption.
 
-Every run is a subprocess of ``tests/resume_job.py`` (dropout on, shuffling on, gradient accumulation 2, linear
-warmup+decay, AdamW, 3 epochs of 6 optimizer steps, a checkpoint and an evaluation every 3 steps).
+Every run is a subprocess of ``tests/checkpoint/resume_job.py`` (dropout on, shuffling on, gradient accumulation 2,
+linear warmup+decay, AdamW, 3 epochs of 6 optimizer steps, a checkpoint and an evaluation every 3 steps).
 """
 
 from __future__ import annotations

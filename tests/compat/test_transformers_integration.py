@@ -13,6 +13,8 @@ import sys
 import warnings
 from pathlib import Path
 from typing import Any
+from helpers.launch import ROOT
+from helpers.tensors import weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: never reach the network
 
@@ -91,11 +93,6 @@ def quiet_args(tmp_path: Path, **overrides: Any) -> TrainingArguments:
                                    learning_rate=1e-4, seed=0, dataloader_pin_memory=False, logging_steps=1)
     options.update(overrides)
     return TrainingArguments(**options)
-
-
-def weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of every tensor of the state dict."""
-    return {name: value.detach().clone() for name, value in model.state_dict().items()}
 
 
 def logged(trainer: Trainer, key: str) -> dict[int, float]:
@@ -428,7 +425,7 @@ def test_upstream_script_runs_unchanged_with_trainwell(model_path, tmp_path, cap
 
 # ------------------------------------------------------------------------------------------------ the example
 def test_example_script_finetunes_minilm(tmp_path, capsys, monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "examples" / "finetune_minilm.py"
+    path = ROOT / "examples" / "finetune_minilm.py"
     spec = importlib.util.spec_from_file_location("finetune_minilm_example", path)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up there

@@ -29,7 +29,7 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & {"deepspe
 
 @pytest.mark.slow
 def test_a_plain_run_with_checkpoints_imports_no_optional_engine(tmp_path):
-    from launch import run
+    from helpers.launch import run
 
     done = run([sys.executable, "-c", SCRIPT, tmp_path / "out"], "the plain run", timeout=300)
     assert (tmp_path / "out" / "checkpoint-2").is_dir()

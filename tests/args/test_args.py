@@ -29,6 +29,7 @@ from trainwell.trainer_utils import (
     SchedulerType,
     ShardedDDPOption,
 )
+from helpers.launch import ROOT
 
 LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
                "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE")
@@ -397,7 +398,7 @@ def test_tf32_without_cuda_is_skipped_with_a_warning(tmp_path):
 
 
 def test_push_to_hub_fields_are_accepted(tmp_path):
-    args = make(tmp_path, push_to_hub=True, hub_strategy="checkpoint")  # pushing itself: tests/test_push_to_hub.py
+    args = make(tmp_path, push_to_hub=True, hub_strategy="checkpoint")  # pushing: tests/trainer/test_push_to_hub.py
     assert args.push_to_hub is True and args.hub_strategy == "checkpoint"
     assert make(tmp_path).set_push_to_hub("me/model").hub_model_id == "me/model"
 
@@ -593,5 +594,5 @@ def test_import_and_construction_do_not_import_torch():
             "from trainwell.seq2seq_args import Seq2SeqTrainingArguments; Seq2SeqTrainingArguments(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=ROOT)
     assert out.stdout.strip() == "False"

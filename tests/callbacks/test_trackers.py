@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from helpers.launch import ROOT
 from trainwell import Trainer, TrainingArguments
 
 RUN_NAME = "tw-run"
@@ -65,19 +66,19 @@ def train_in_child(tmp_path: Path, report_to: str, read_back: str, env: dict[str
         import json, sys
         from pathlib import Path
         from types import SimpleNamespace
-        sys.path.insert(0, TESTS)
-        import conftest
+        sys.path[:0] = [HERE, TESTS]
+        import helpers
         from test_trackers import train
-        tiny = SimpleNamespace(RegressionModel=conftest.RegressionModel, regression_data=conftest.regression_data)
+        tiny = SimpleNamespace(RegressionModel=helpers.RegressionModel, regression_data=helpers.regression_data)
         import os
         options = json.loads(os.environ.get("TW_TRAIN_OPTIONS", "{}"))
         trainer, losses = train(tiny, Path(TMP), REPORT_TO, evaluate=True, **options)
         result = None
     """) + textwrap.dedent(read_back) + "\nprint('RESULT=' + json.dumps({'losses': losses, 'result': result}))\n"
-    tests = str(Path(__file__).parent)
-    script = script.replace("TESTS", repr(tests)).replace("TMP", repr(str(tmp_path))).replace("REPORT_TO", repr(report_to))
+    script = (script.replace("HERE", repr(str(Path(__file__).parent))).replace("TESTS", repr(str(ROOT / "tests")))
+              .replace("TMP", repr(str(tmp_path))).replace("REPORT_TO", repr(report_to)))
     child_env = {**os.environ, **env, "OMP_NUM_THREADS": "1",
-                 "PYTHONPATH": os.pathsep.join([str(Path(tests).parent), os.environ.get("PYTHONPATH", "")])}
+                 "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # output to a file, not a pipe: helper processes a tracker leaves behind (ClearML's reporter) would hold a pipe
     # open for minutes after the child ended
     log = tmp_path / "child.log"

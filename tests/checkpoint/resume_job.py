@@ -1,8 +1,8 @@
-"""A small deterministic training job that tests/test_resume.py runs as a subprocess, and interrupts.
+"""A small deterministic training job that tests/checkpoint/test_resume.py runs as a subprocess, and interrupts.
 
 Usage::
 
-    python tests/resume_job.py OUTPUT_DIR [--resume] [--kill-at-step N] [--kill-in-save N] [--term-at-step N]
+    python tests/checkpoint/resume_job.py OUTPUT_DIR [--resume] [--kill-at-step N] [--kill-in-save N] [--term-at-step N]
 
 The job trains a dropout MLP on a fixed random classification set (CPU, shuffling on, gradient accumulation 2,
 linear schedule with warmup, AdamW, logging every step, a checkpoint every 3 steps, an evaluation every 3 steps,
@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the checkout's trainwell first: the repository root is the folder above tests/, however deep this file is
+sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if p.name == "tests").parent))
 
 from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
 from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402
