@@ -8,16 +8,17 @@ from __future__ import annotations
 from ..utils.lazy_exports import lazy_exports
 from .state import ExportableState, TrainerControl, TrainerState
 from .base import TrainerCallback
-from .divergence import StopOnNonFiniteLossCallback
-from .early_stopping import EarlyStoppingCallback
 from .flow import DefaultFlowCallback
 from .integrations import CALLBACK_MODULES, get_available_reporting_integrations, get_reporting_integration_callbacks
 from .printer import PrinterCallback
 from .progress import ProgressCallback
 
-# The integrations' callbacks are imported on first use (each module is only needed when report_to names it).
+# The integrations' callbacks are imported on first use (each module is only needed when report_to names it), and so
+# are the opt-in callbacks the Trainer never adds by itself.
 __getattr__, __dir__ = lazy_exports(
-    __name__, {name: f"integrations.{module}" for name, module in CALLBACK_MODULES.items() if name.endswith("Callback")}
+    __name__, {**{name: f"integrations.{module}" for name, module in CALLBACK_MODULES.items()
+                  if name.endswith("Callback")},
+               "EarlyStoppingCallback": "early_stopping", "StopOnNonFiniteLossCallback": "divergence"}
 )
 
 __all__ = [

@@ -23,9 +23,10 @@ Outside training: ``Trainer.evaluate`` fires ``on_prediction_step`` per batch th
 ``Trainer.predict`` fires ``on_prediction_step`` per batch then ``on_predict``; ``on_push_begin``
 fires before pushing to a model hub (kept for compatibility).
 
-Dispatch is cheap: for every event the handler keeps the callbacks that actually override it, so an
-event nobody listens to costs one dict lookup, and the keywords every callback receives are built once
-(again only when one of them is reassigned), not per event.
+Dispatch is cheap: for every event the handler keeps the bound methods of the callbacks that actually override
+it, recomputed whenever the callback list changes (also in place: the list tells the handler), so a per-step
+event nobody listens to is a no-op function, and the keywords every callback receives are built once (again
+only when one of them is reassigned), not per event.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 from .state import TrainerControl, TrainerState
 
-__all__ = ["EVENTS", "CallbackHandler"]
+__all__ = ["EVENTS", "QUIET_EVENT", "CallbackHandler"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,9 +96,9 @@ class CallbackHandler:
         optimizer: Any,
         lr_scheduler: Any,
     ) -> None:
-        self._callbacks: list[Any] = []
+        self._callbacks: list[Any] = _CallbackList(self)
         self._listeners: dict[str, list[Any]] = {event: [] for event in EVENTS}
-        self._count = 0
+        self._methods: dict[str, list[Any]] = {event: [] for event in EVENTS}
         self._common: dict[str, Any] | None = None
         self.model = model
         self.processing_class = processing_class
@@ -127,7 +128,7 @@ class CallbackHandler:
 
     @callbacks.setter
     def callbacks(self, value: list[Any]) -> None:
-        self._callbacks = list(value)
+        self._callbacks = _CallbackList(self, value)
         self._refresh()
 
     @property
@@ -172,21 +173,26 @@ class CallbackHandler:
         return next((cb for cb in self._callbacks if cb is callback), None)
 
     def _refresh(self) -> None:
-        """Recompute, per event, the callbacks that override it."""
+        """Recompute, per event, the callbacks that override it (and their bound methods); a per-step event nobody
+        listens to becomes a no-op function on this instance, so the step pays a call and nothing else."""
         self._listeners = {
             event: [cb for cb in self._callbacks if _listens(cb, event)] for event in EVENTS
         }
-        self._count = len(self._callbacks)
+        self._methods = {event: [getattr(cb, event) for cb in listeners]
+                         for event, listeners in self._listeners.items()}
+        for event, quiet in _QUIET_STEP_EVENTS.items():
+            if self._listeners[event] or getattr(type(self), event) is not getattr(CallbackHandler, event):
+                self.__dict__.pop(event, None)  # the class's method fires them (a subclass's override too)
+            else:
+                self.__dict__[event] = quiet
 
     # -- dispatch -----------------------------------------------------------------------------
     def call_event(
         self, event: str, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         """Fire ``event`` on every listening callback; return the resulting control."""
-        if self._count != len(self._callbacks):  # the list was mutated in place
-            self._refresh()
-        listeners = self._listeners[event]
-        if not listeners:
+        methods = self._methods[event]
+        if not methods:
             return control
         common = self._common
         if common is None:
@@ -201,8 +207,8 @@ class CallbackHandler:
             }
         if kwargs:  # the event's own keywords win over the common ones; the cached dict is never changed
             common = {**common, **kwargs}
-        for callback in listeners:
-            result = getattr(callback, event)(args, state, control, **common)
+        for method in methods:
+            result = method(args, state, control, **common)
             if isinstance(result, TrainerControl):
                 control = result
         return control
@@ -234,35 +240,37 @@ class CallbackHandler:
         control.should_log = False
         control.should_evaluate = False
         control.should_save = False
-        if not self._listeners["on_step_begin"] and self._count == len(self._callbacks):  # per step: nobody listens
-            return control
         return self.call_event("on_step_begin", args, state, control, **kwargs)
 
     def on_substep_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
         """End of a gradient-accumulation micro-step that is not the last of its step."""
-        if not self._listeners["on_substep_end"] and self._count == len(self._callbacks):  # per step: nobody listens
-            return control
         return self.call_event("on_substep_end", args, state, control, **kwargs)
 
     def on_pre_optimizer_step(
         self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         """After gradient clipping, before ``optimizer.step()``."""
-        if not self._listeners["on_pre_optimizer_step"] and self._count == len(self._callbacks):  # per step: nobody listens
-            return control
         return self.call_event("on_pre_optimizer_step", args, state, control, **kwargs)
 
     def on_optimizer_step(
         self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> TrainerControl:
         """After ``optimizer.step()``, before gradients are zeroed."""
-        if not self._listeners["on_optimizer_step"] and self._count == len(self._callbacks):  # per step: nobody listens
-            return control
         return self.call_event("on_optimizer_step", args, state, control, **kwargs)
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
         """End of an optimizer step (``state.global_step`` already incremented)."""
-        return self.call_event("on_step_end", args, state, control, **kwargs)
+        if kwargs:
+            return self.call_event("on_step_end", args, state, control, **kwargs)
+        # Every step, with the common keywords only: call_event's loop written out (no keyword merge, no forwarding).
+        common = self._common
+        if common is None:
+            return self.call_event("on_step_end", args, state, control)
+        for method in self._methods["on_step_end"]:
+            result = method(args, state, control, **common)
+            if isinstance(result, TrainerControl):
+                control = result
+        return control
 
     def on_evaluate(
         self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, float], **kwargs: Any
@@ -303,3 +311,94 @@ class CallbackHandler:
 def _is_flow_callback(callback: Any) -> bool:
     """Whether ``callback`` is (a subclass of) DefaultFlowCallback, checked by name to avoid an import."""
     return any(cls.__name__ == "DefaultFlowCallback" for cls in type(callback).__mro__)
+
+
+def _begin_step_quietly(args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
+    """``on_step_begin`` when no callback listens: only the flag resets."""
+    control.should_log = False
+    control.should_evaluate = False
+    control.should_save = False
+    return control
+
+
+def _pass_control(args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
+    """A per-step event no callback listens to (the training loop skips the call when it finds this function)."""
+    return control
+
+
+QUIET_EVENT = _pass_control  # what ``handler.on_<event>`` is while no callback listens to that per-step event
+
+
+# The events fired at every optimizer step (or micro-batch), and what each is while nobody listens to it.
+_QUIET_STEP_EVENTS = {
+    "on_step_begin": _begin_step_quietly,
+    "on_substep_end": _pass_control,
+    "on_pre_optimizer_step": _pass_control,
+    "on_optimizer_step": _pass_control,
+}
+
+
+class _CallbackList(list):
+    """The handler's callback list: changing it in place (``handler.callbacks.append(cb)``...) refreshes the
+    handler's per-event dispatch, as ``add_callback`` does."""
+
+    def __init__(self, handler: CallbackHandler, items: Any = ()) -> None:
+        super().__init__(items)
+        self._handler = handler
+
+    def _changed(self) -> None:
+        # Only for the list its handler holds (a copy or an unpickling fills the list before the handler is whole).
+        handler = self.__dict__.get("_handler")
+        if handler is not None and handler.__dict__.get("_callbacks") is self:
+            handler._refresh()
+
+    def append(self, item: Any) -> None:  # noqa: D102 - list's own behaviour, then the refresh
+        super().append(item)
+        self._changed()
+
+    def extend(self, items: Any) -> None:  # noqa: D102
+        super().extend(items)
+        self._changed()
+
+    def insert(self, index: Any, item: Any) -> None:  # noqa: D102
+        super().insert(index, item)
+        self._changed()
+
+    def remove(self, item: Any) -> None:  # noqa: D102
+        super().remove(item)
+        self._changed()
+
+    def pop(self, index: Any = -1) -> Any:  # noqa: D102
+        item = super().pop(index)
+        self._changed()
+        return item
+
+    def clear(self) -> None:  # noqa: D102
+        super().clear()
+        self._changed()
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:  # noqa: D102
+        super().sort(*args, **kwargs)
+        self._changed()
+
+    def reverse(self) -> None:  # noqa: D102
+        super().reverse()
+        self._changed()
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        self._changed()
+
+    def __delitem__(self, index: Any) -> None:
+        super().__delitem__(index)
+        self._changed()
+
+    def __iadd__(self, items: Any) -> _CallbackList:
+        super().__iadd__(items)
+        self._changed()
+        return self
+
+    def __imul__(self, times: Any) -> _CallbackList:
+        super().__imul__(times)
+        self._changed()
+        return self

@@ -27,9 +27,10 @@ class DefaultFlowCallback(TrainerCallback):
         step = state.global_step
         if step == 1 and getattr(args, "logging_first_step", False):
             control.should_log = True
-        # Each interval test (a positive interval the step is a multiple of) is written out: this runs every step.
-        if (args.logging_strategy == IntervalStrategy.STEPS and state.logging_steps > 0
-                and step % state.logging_steps == 0):
+        # Each interval test (a positive interval the step is a multiple of) is written out and ordered to fail early
+        # on the steps where nothing is due: logging is by steps (the default), evaluation and saving often "no".
+        if (state.logging_steps > 0 and step % state.logging_steps == 0
+                and args.logging_strategy == IntervalStrategy.STEPS):
             control.should_log = True
         if (
             args.eval_strategy == IntervalStrategy.STEPS

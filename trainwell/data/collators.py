@@ -50,14 +50,18 @@ def _check_return_tensors(return_tensors: str) -> None:
 
 
 _PLAIN_DICT = {dict}
+_LABEL_SOURCES = frozenset({"label", "label_ids"})  # default_data_collator renames them to ``labels``
+_Tensor, _torch_stack = torch.Tensor, torch.stack  # module globals: one lookup each per column of every batch
 
 
 def _to_mappings(features: Sequence[Any]) -> list[Mapping[str, Any]]:
     """Accept mappings or plain objects (dataclasses, namespaces) whose ``__dict__`` holds the fields."""
+    if type(features) is list and set(map(type, features)) == _PLAIN_DICT:  # the common case, without the ABCs
+        return features
     if len(features) == 0:
         raise ValueError("features is empty: a collator needs at least one example to build a batch.")
-    if set(map(type, features)) == _PLAIN_DICT:  # the common case, checked without the (slow) ABC isinstance
-        return features if isinstance(features, list) else list(features)
+    if set(map(type, features)) == _PLAIN_DICT:
+        return list(features)
     rows = []
     for f in features:
         if isinstance(f, Mapping):
@@ -114,6 +118,12 @@ def _stack(values: list[Any]) -> torch.Tensor:
     return torch.tensor(values)
 
 
+def _unstackable(key: str, err: Exception) -> ValueError:
+    return ValueError(
+        f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have different "
+        "lengths or types: pad them (use DataCollatorWithPadding) or drop the key.")
+
+
 def _finish(batch: dict[str, Any], return_tensors: str) -> dict[str, Any]:
     if return_tensors == "np":
         return {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
@@ -152,27 +162,29 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     rows = _to_mappings(features)
     first = rows[0]
     batch: dict[str, Any] = {}
-    for label_key in ("label", "label_ids"):
-        value = first.get(label_key)
-        if value is not None:
-            _reject_string_labels(label_key, value)
-            batch["labels"] = _labels_tensor(_column(rows, label_key))
-            break
+    if "label" in first or "label_ids" in first:
+        for label_key in ("label", "label_ids"):
+            value = first.get(label_key)
+            if value is not None:
+                _reject_string_labels(label_key, value)
+                batch["labels"] = _labels_tensor(_column(rows, label_key))
+                break
     for key, value in first.items():
-        if value is None:
+        if type(value) is _Tensor and key not in _LABEL_SOURCES:  # the common case: straight to the stack
+            try:
+                batch[key] = _torch_stack(list(map(itemgetter(key), rows)))  # _column, inlined
+            except (RuntimeError, ValueError, TypeError) as err:
+                raise _unstackable(key, err) from err
+            continue
+        if value is None or key in _LABEL_SOURCES:
             continue
         if isinstance(value, str):
             _reject_string_labels(key, value)  # a label column of strings is an error; other strings are left out
             continue
-        if key == "label" or key == "label_ids":
-            continue
         try:
             batch[key] = _stack(_column(rows, key))
         except (RuntimeError, ValueError, TypeError) as err:
-            raise ValueError(
-                f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have "
-                "different lengths or types: pad them (use DataCollatorWithPadding) or drop the key."
-            ) from err
+            raise _unstackable(key, err) from err
     return batch if return_tensors == "pt" else _finish(batch, return_tensors)
 
 

@@ -225,10 +225,14 @@ class WindowScaler:
         self.world_size = world_size
         self.across_ranks = across_ranks and world_size > 1
 
+    def single_batch_is_plain(self) -> bool:
+        """Whether a window of one micro-batch is the model's own mean as it is: no count, no all-reduce, divisor 1."""
+        return not self.across_ranks and not self.rule.takes_num_items
+
     def window(self, group: list[Any]) -> tuple[torch.Tensor | None, list[Any]]:
         """``(num_items_in_batch or None, divisor of each micro-batch)`` for the micro-batches of one step."""
         n = len(group)
-        if n == 1 and not self.across_ranks and not self.rule.takes_num_items:  # the model's own mean as it is
+        if n == 1 and self.single_batch_is_plain():  # the model's own mean as it is
             return None, [1]
         counts = [count_items(batch, self.rule.count) for batch in group]
         if any(c is None for c in counts):

@@ -12,14 +12,16 @@ and kept on the trainer as ``trainer._tw_loop`` for logging, checkpoints and the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
+from ..callbacks.events import QUIET_EVENT
 from ..data.loader import has_length
 from ..utils.overrides import accepts
 from ..utils.trainer_utils import TrainOutput
@@ -74,12 +76,14 @@ def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, bat
     return TrainPlan(None, None, args.max_steps, sys.maxsize, args.max_steps * total_batch, total_batch)
 
 
-def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
-    """Yield the micro-batches of each optimizer step (the last group of an epoch may be shorter)."""
-    if ga == 1:  # one micro-batch per step (the default): no group to fill
-        for batch in iterator:
-            yield [batch]
-        return
+def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[Sequence[Any]]:
+    """The micro-batches of each optimizer step (the last group of an epoch may be shorter)."""
+    if ga == 1:  # one micro-batch per step (the default): 1-tuples made in C, no generator to resume
+        return zip(iterator)
+    return _filled_groups(iterator, ga)
+
+
+def _filled_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
     while True:
         group = []
         for batch in iterator:
@@ -118,31 +122,58 @@ def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip
         return iter(skip_first_batches(iter(dataloader), skip_batches))
 
 
-def _forward_backward(trainer: TrainLoopTrainer, loop: LoopState, model: Any, group: list[Any], scaler: WindowScaler,
-                      count_tokens: bool) -> None:
-    """Forward and backward over the micro-batches of one optimizer step, accumulating the loss in ``loop``."""
-    args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
+def _micro_batch_runner(trainer: TrainLoopTrainer, loop: LoopState, model: Any,
+                        count_tokens: bool) -> Callable[..., None]:
+    """The function running one micro-batch ``(inputs, num_items_in_batch, divisor)``: forward and backward through
+    ``trainer.training_step``, then the loss, token and FLOP bookkeeping in ``loop`` and on the trainer.
+
+    Built once per run: what it reads (the bound methods, the run's flags, the loss accumulators) is looked up here,
+    not at every micro-batch.
+    """
+    state = trainer.state
+    training_step, floating_point_ops = trainer.training_step, trainer._flops_counter()
+    takes_items = loop.step_takes_num_items
     tr_loss, window_losses = loop.tr_loss, loop.window_losses
-    num_items, divisors = scaler.window(group)
-    last = len(group) - 1
-    for i, inputs in enumerate(group):
+    tokens_seen = bool(trainer.args.include_num_input_tokens_seen)
+
+    def run(inputs: Any, num_items: Any, divisor: Any) -> None:
         if count_tokens:
             tokens = trainer._count_input_tokens(inputs)
             loop.tokens_trained += tokens
-            if args.include_num_input_tokens_seen:
+            if tokens_seen:
                 state.num_input_tokens_seen += tokens
-        trainer.current_gradient_accumulation_steps = divisors[i]
-        with backend.no_sync(i == last):
-            if loop.step_takes_num_items:
-                step_loss = trainer.training_step(model, inputs, num_items)
-            else:  # an override written for upstream's older training_step(model, inputs)
-                step_loss = trainer.training_step(model, inputs)
-        tr_loss += step_loss
+        trainer.current_gradient_accumulation_steps = divisor
+        if takes_items:
+            step_loss = training_step(model, inputs, num_items)
+        else:  # an override written for upstream's older training_step(model, inputs)
+            step_loss = training_step(model, inputs)
+        tr_loss.add_(step_loss)  # in place, as ``+=``: the accumulator is the one object the logs read
         if window_losses is not None:  # logging_nan_inf_filter: kept to filter a nan/inf at log time (no tensor op)
             window_losses.append((state.global_step, step_loss))
             if len(window_losses) >= WINDOW_SETTLE_EVERY:
                 loop.settle()
-        trainer.current_flos += float(trainer.floating_point_ops(inputs))
+        trainer.current_flos += float(floating_point_ops(inputs))
+
+    return run
+
+
+def _forward_backward(trainer: TrainLoopTrainer, micro_batch: Callable[..., None], group: Sequence[Any],
+                      scaler: WindowScaler, plain_single: bool) -> None:
+    """Forward and backward over the micro-batches of one optimizer step (``micro_batch`` from
+    :func:`_micro_batch_runner`).
+
+    ``plain_single``: a window of one micro-batch needs neither counting (the model's own mean, divided by 1) nor a
+    synchronisation context (the backend's ``no_sync(True)`` is a no-op), read once per run.
+    """
+    if plain_single and len(group) == 1:
+        micro_batch(group[0], None, 1)
+        return
+    num_items, divisors = scaler.window(group)
+    args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
+    last = len(group) - 1
+    for i, inputs in enumerate(group):
+        with backend.no_sync(i == last):
+            micro_batch(inputs, num_items, divisors[i])
         if i != last:
             trainer.control = cb.on_substep_end(args, state, trainer.control)
 
@@ -161,29 +192,48 @@ def _clip_norm(args: TrainingArguments, backend: Backend) -> float | None:
     return args.max_grad_norm
 
 
-def _optimizer_update(trainer: TrainLoopTrainer, clip_norm: float | None, scheduler_per_step: bool,
-                      engine_clips: bool = False) -> torch.Tensor | None:
-    """Clip, step the optimizer and the schedule, drop the gradients; returns the gradient norm (None unclipped).
+def _optimizer_updater(trainer: TrainLoopTrainer, clip_norm: float | None, scheduler_per_step: bool,
+                       engine_clips: bool = False) -> Callable[[], torch.Tensor | None]:
+    """The function that ends an optimizer step: clip, step the optimizer and the schedule, drop the gradients; it
+    returns the gradient norm (None unclipped). Built once per run, with the backend's and the schedule's methods
+    bound.
 
-    ``engine_clips``: the backend's engine clipped inside its step (``caps.handles_grad_accumulation``, read once
-    per run); its norm is asked for after the step.
+    ``engine_clips``: the backend's engine clipped inside its step (``caps.handles_grad_accumulation``); its norm is
+    asked for after the step.
     """
     args, state, cb, backend = trainer.args, trainer.state, trainer.callback_handler, trainer.backend
-    grad_norm = backend.clip_grad_norm(clip_norm) if clip_norm is not None else None
-    trainer.control = cb.on_pre_optimizer_step(args, state, trainer.control)
-    stepped = backend.optimizer_step()
-    if engine_clips:
-        grad_norm = backend.last_grad_norm()
-    trainer.control = cb.on_optimizer_step(args, state, trainer.control)
-    if stepped and scheduler_per_step:
-        trainer._tw_step_learning_rate = trainer.lr_scheduler.get_last_lr()[0]  # what the step used: logged (upstream)
-        trainer.lr_scheduler.step()
-    else:  # the rate did not move: the logs read it as it is
-        trainer._tw_step_learning_rate = None
-        if not stepped:
-            trainer._tw_skipped_steps += 1
-    backend.zero_grad()
-    return grad_norm
+    clip, optimizer_step, zero_grad = backend.clip_grad_norm, backend.optimizer_step, backend.zero_grad
+    scheduler = trainer.lr_scheduler if scheduler_per_step else None
+    get_last_lr, schedule_step = (scheduler.get_last_lr, scheduler.step) if scheduler is not None else (None, None)
+
+    def update() -> torch.Tensor | None:
+        grad_norm = clip(clip_norm) if clip_norm is not None else None
+        event = cb.on_pre_optimizer_step  # read per step (a callback may add callbacks); skipped while nobody listens
+        if event is not QUIET_EVENT:
+            trainer.control = event(args, state, trainer.control)
+        stepped = optimizer_step()
+        if engine_clips:
+            grad_norm = backend.last_grad_norm()
+        event = cb.on_optimizer_step
+        if event is not QUIET_EVENT:
+            trainer.control = event(args, state, trainer.control)
+        if stepped and get_last_lr is not None:
+            trainer._tw_step_learning_rate = get_last_lr()[0]  # what the step used: logged (upstream)
+            schedule_step()
+        else:  # the rate did not move: the logs read it as it is
+            trainer._tw_step_learning_rate = None
+            if not stepped:
+                trainer._tw_skipped_steps += 1
+        zero_grad()
+        return grad_norm
+
+    return update
+
+
+def _single_batch_is_plain(scaler: WindowScaler, backend: Backend) -> bool:
+    """Whether a window of one micro-batch runs as it is: no items to count (the model's own mean, divided by 1) and
+    nothing for the backend to do around it (its ``no_sync(True)`` is a no-op context)."""
+    return scaler.single_batch_is_plain() and isinstance(backend.no_sync(True), contextlib.nullcontext)
 
 
 def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainPlan, Any, LoopState]:
@@ -226,6 +276,12 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
     if args.eval_on_start and resume_from is None:
         trainer._evaluate(trial, ignore_keys_for_eval)
     grad_norm = None
+    # Bound once per run (the schedule and the backend are settled by now); the callback events are read per step
+    # (a callback may add or remove callbacks during training).
+    micro_batch = _micro_batch_runner(trainer, loop, model, count_tokens)
+    update = _optimizer_updater(trainer, clip_norm, scheduler_per_step, engine_clips)
+    log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, trainer._tw_checkpoints.stop_if_preempted
+    plain_single = False
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):
         position.epoch, position.batches_in_epoch = epoch, skip
@@ -238,16 +294,19 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
         for group in _accumulation_groups(iterator, args.gradient_accumulation_steps):
             if scaler is None:
                 scaler = trainer._window_scaler(group[0])
-            trainer.control = cb.on_step_begin(args, state, trainer.control)
-            _forward_backward(trainer, loop, model, group, scaler, count_tokens)
+                plain_single = _single_batch_is_plain(scaler, trainer.backend)
+            trainer.control = cb.on_step_begin(args, state, trainer.control)  # per step: callbacks may change
+            if plain_single and len(group) == 1:  # _forward_backward's first case, without the call
+                micro_batch(group[0], None, 1)
+            else:
+                _forward_backward(trainer, micro_batch, group, scaler, plain_single)
             position.batches_in_epoch += len(group)
-            grad_norm = _optimizer_update(trainer, clip_norm, scheduler_per_step, engine_clips)
+            grad_norm = update()
             state.global_step += 1
             state.epoch = epoch + (position.batches_in_epoch / batches_per_epoch if batches_per_epoch else 0.0)
             trainer.control = cb.on_step_end(args, state, trainer.control)
-            trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval,
-                                             start_time)
-            if trainer._tw_checkpoints.stop_if_preempted(model, trial, tr_loss):
+            log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
+            if stop_if_preempted(model, trial, tr_loss):
                 break
             if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
                 break

@@ -83,14 +83,13 @@ def _constant_warmup_lambda(current_step: int, *, num_warmup_steps: int) -> floa
     return 1.0
 
 
-def _linear_warmup_lambda(current_step: int, *, num_warmup_steps: int, num_training_steps: int,
-                          decay_steps: float | None = None) -> float:
-    # decay_steps (float(max(1, num_training_steps - num_warmup_steps))) is computed once by the schedule's
-    # builder: this runs per parameter group at every optimizer step.
+def _linear_warmup_lambda(num_warmup_steps: int, num_training_steps: int, warmup_steps: float, decay_steps: float,
+                          current_step: int) -> float:
+    # Bound positionally by the schedule's builder with warmup_steps = float(max(1, num_warmup_steps)) and
+    # decay_steps = float(max(1, num_training_steps - num_warmup_steps)): this runs per parameter group at every
+    # optimizer step. An int over a float divides as upstream's float(step) / float(...).
     if current_step < num_warmup_steps:
-        return _warmup_factor(current_step, num_warmup_steps)
-    if decay_steps is None:
-        decay_steps = float(max(1, num_training_steps - num_warmup_steps))
+        return current_step / warmup_steps
     return max(0.0, (num_training_steps - current_step) / decay_steps)
 
 
@@ -213,10 +212,8 @@ def get_linear_schedule_with_warmup(
     optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int, last_epoch: int = -1
 ) -> LambdaLR:
     """Linear warm-up to ``lr``, then a linear decay to 0 at ``num_training_steps`` (the Trainer's default)."""
-    lr_lambda = partial(
-        _linear_warmup_lambda, num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps,
-        decay_steps=float(max(1, num_training_steps - num_warmup_steps)),
-    )
+    lr_lambda = partial(_linear_warmup_lambda, num_warmup_steps, num_training_steps, float(max(1, num_warmup_steps)),
+                        float(max(1, num_training_steps - num_warmup_steps)))
     return _lambda_lr(optimizer, lr_lambda, last_epoch)
 
 

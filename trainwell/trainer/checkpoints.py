@@ -23,10 +23,6 @@ from torch import nn
 
 from ..backends.base import Backend, WeightsNotGathered
 from ..callbacks.state import TrainerControl, TrainerState
-from ..checkpoint.layout import (TRAINER_STATE_NAME, TRAINING_ARGS_JSON_NAME, TRAINING_ARGS_NAME, cleanup_incomplete,
-                                list_complete_checkpoints, list_foreign_checkpoints, list_resumable_checkpoints)
-from ..checkpoint.manager import CheckpointContents, CheckpointManager
-from ..loops.train_loop import DataPosition
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 
@@ -35,9 +31,10 @@ if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does n
     from ..callbacks.events import CallbackHandler
     from ..checkpoint.async_save import AsyncSaver
     from ..checkpoint.lock import OutputDirLock, OutputDirLockedError
+    from ..checkpoint.manager import CheckpointContents
     from ..checkpoint.preemption import PreemptionGuard
     from ..loops.loop_state import LoopState
-    from ..loops.train_loop import TrainPlan
+    from ..loops.train_loop import DataPosition, TrainPlan
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -78,6 +75,8 @@ class TrainerCheckpoints:
     preemption (SIGTERM/SIGINT -> a checkpoint and a clean stop), rotation, the best model and ``save_model``."""
 
     def __init__(self, trainer: CheckpointHost, *, args: TrainingArguments, backend: Backend) -> None:
+        from ..checkpoint.manager import CheckpointManager
+
         self._trainer = trainer  # read for what changes while training; its overridable methods are called back
         self.args, self.backend = args, backend
         self.manager = CheckpointManager(args.output_dir, save_total_limit=args.save_total_limit,
@@ -125,6 +124,8 @@ class TrainerCheckpoints:
         ``stream``: a sharded model's weights are gathered one tensor at a time while they are written (a
         synchronous save); otherwise (an asynchronous save's snapshot) they are gathered whole now.
         """
+        from ..checkpoint.manager import CheckpointContents
+
         trainer = self._trainer
         # every rank's running loss is gathered (a collective: contents runs on every rank at save time)
         data_state = loop.data_state(trainer.state.global_step) if tr_loss is not None and loop is not None else None
@@ -145,6 +146,8 @@ class TrainerCheckpoints:
         Takes the ``output_dir`` lock first (world process zero; released by :meth:`release_output_dir`), then
         removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone.
         """
+        from ..checkpoint.layout import cleanup_incomplete
+
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         self._lock_output_dir()
@@ -174,6 +177,8 @@ class TrainerCheckpoints:
     def _warn_earlier_run(self, resume_from: Path | None) -> None:
         """A fresh run into a folder holding an earlier run's checkpoints says so loudly: they are not this run's,
         and the newest of them stays what ``resume_from_checkpoint=True`` would pick."""
+        from ..checkpoint.layout import list_complete_checkpoints
+
         if resume_from is not None or not self.args.should_save or not self.args.output_dir:
             return
         earlier = list_complete_checkpoints(self.args.output_dir)
@@ -197,6 +202,8 @@ class TrainerCheckpoints:
 
         One command then serves the first attempt of a job and every requeued one; the choice is logged.
         """
+        from ..checkpoint.layout import list_resumable_checkpoints
+
         if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
             return resume_from_checkpoint
         found = list_resumable_checkpoints(self.args.output_dir) if self.args.output_dir else []
@@ -236,6 +243,8 @@ class TrainerCheckpoints:
 
     def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
         """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
+        from ..checkpoint.layout import list_foreign_checkpoints
+
         if not self.args.should_save or self.args.save_strategy == "no":
             return
         start = resume_from.resolve() if resume_from is not None else None
@@ -277,6 +286,8 @@ class TrainerCheckpoints:
 
     def _data_position(self, data_state: dict[str, Any] | None, folder: Path, plan: TrainPlan) -> DataPosition:
         """Where the data stream stood in the checkpoint (derived from the step when it cannot be restored)."""
+        from ..loops.train_loop import DataPosition
+
         step = self._trainer.state.global_step
         if data_state is not None and self._data_shape_changed(data_state, folder, plan):
             data_state = {k: v for k, v in data_state.items() if k not in ("epoch", "batches_in_epoch")}
@@ -323,6 +334,8 @@ class TrainerCheckpoints:
 
     def _same_global_batch(self, data_state: dict[str, Any], folder: Path, plan: TrainPlan) -> bool:
         """Whether the checkpoint's run had this run's global batch and epoch, over another number of processes."""
+        from ..checkpoint.layout import TRAINING_ARGS_JSON_NAME
+
         import json
 
         try:
@@ -362,6 +375,8 @@ class TrainerCheckpoints:
         A second Ctrl-C during the save (a stop was already requested) quits at once, saying which checkpoint is
         left to resume from.
         """
+        from ..checkpoint.layout import list_complete_checkpoints
+
         try:
             return self._write(tr_loss, loop)
         except KeyboardInterrupt:
@@ -413,6 +428,8 @@ class TrainerCheckpoints:
         """Delete the oldest of trainwell's checkpoints in ``output_dir`` (default: ``args.output_dir``) beyond
         ``save_total_limit``, never the best one nor a folder trainwell did not write. ``use_mtime`` is accepted
         for upstream's signature: the order is always the step's (a file's time can move backwards on a copy)."""
+        from ..checkpoint.manager import CheckpointManager
+
         manager = self.manager
         if output_dir is not None and Path(output_dir).resolve() != Path(self.args.output_dir).resolve():
             manager = CheckpointManager(output_dir, save_total_limit=self.args.save_total_limit,
@@ -425,6 +442,8 @@ class TrainerCheckpoints:
         """trainwell's complete checkpoints named ``<prefix>-<step>`` in ``output_dir``, oldest first (by
         modification time with ``use_mtime``); as upstream, the best checkpoint is moved towards the end so that a
         rotation taking from the front keeps it."""
+        from ..checkpoint.layout import list_complete_checkpoints
+
         found = [p for p in list_complete_checkpoints(output_dir or self.args.output_dir)
                  if p.name.startswith(f"{prefix}-")]
         if use_mtime:
@@ -483,6 +502,9 @@ class TrainerCheckpoints:
         saver = self.async_saver
         if saver is not None and saver.group is None:  # a failed background save surfaces at the next step
             saver.raise_if_failed()
+        guard = self.preemption
+        if guard is not None and not guard.requested and not self.preemption_collective:
+            return False  # one process and no signal (every step): _preemption_requested's answer, read inline
         if self._trainer.control.should_training_stop or not self._preemption_requested():
             return False
         trainer = self._trainer
@@ -535,6 +557,8 @@ class TrainerCheckpoints:
 
         A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
         """
+        from ..checkpoint.layout import TRAINING_ARGS_NAME
+
         trainer = self._trainer
         output_dir = output_dir or self.args.output_dir
         try:  # a sharded model is gathered one tensor at a time while the writing rank writes it
@@ -563,3 +587,12 @@ class TrainerCheckpoints:
 
 
 __all__ = ["CheckpointHost", "TrainerCheckpoints", "TRAINER_STATE_NAME", "PREEMPTION_SYNC_STEPS"]
+
+
+def __getattr__(name: str) -> Any:
+    """``TRAINER_STATE_NAME`` is still importable from here; read from the checkpoint layout on first use."""
+    if name == "TRAINER_STATE_NAME":
+        from ..checkpoint.layout import TRAINER_STATE_NAME
+
+        return TRAINER_STATE_NAME
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

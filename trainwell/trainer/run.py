@@ -19,13 +19,12 @@ from torch import nn
 
 from ..callbacks.state import TrainerControl, TrainerState
 from ..loops import train_hooks
-from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
-from ..runtime.distributed import all_gather_object
 from ..utils import reporting
 from ..utils.model_utils import compile_model, enable_gradient_checkpointing, is_causal_lm, unwrap_model
 from ..utils.trainer_utils import TrainOutput
 
 if TYPE_CHECKING:
+    from ..loops.loss_scaling import WindowScaler
     from ..loops.train_loop import TrainPlan
     from .trainer import Trainer
 
@@ -156,6 +155,9 @@ def finish_training(trainer: Trainer, tr_loss: torch.Tensor, plan: TrainPlan, st
 def window_scaler(trainer: Trainer, first_batch: Any) -> WindowScaler:
     """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
     ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+    from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule  # loaded by the first train()
+    from ..runtime.distributed import all_gather_object
+
     args = trainer.args
     across = bool(args.average_tokens_across_devices) and args.world_size > 1
     if trainer.compute_loss_func is not None:  # it receives the window's labels, as upstream

@@ -8,6 +8,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -16,25 +17,15 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..args.fields import TrainingArguments
-from ..backends import build_backend
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..callbacks.state import TrainerControl, TrainerState
-from ..data.collators import DataCollatorWithPadding, default_data_collator
-from ..data.columns import signature_columns
 from ..loops import train_hooks
 from ..loops import eval_loop
-from ..loops.loss_scaling import WindowScaler
-from ..loops.train_loop import DataPosition, LoopState, TrainPlan, run_training
-from ..optim.factory import create_optimizer as build_optimizer
-from ..optim.factory import get_decay_parameter_names
-from ..optim.schedules import get_scheduler
-from ..runtime.accelerate_env import apply_accelerate_env
-from ..runtime.memory import TrainerMemoryTracker
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
-from ..utils.model_utils import accepts_loss_kwargs, count_parameters, find_labels, forward_parameters, is_causal_lm
+from ..utils.model_utils import accepts_loss_kwargs, find_labels, flops_rule, forward_parameters, is_causal_lm
 from ..utils.model_utils import unwrap_model
 from ..utils import reporting
 from ..utils.overrides import accepts, call_override
@@ -44,13 +35,21 @@ from . import run
 from .checkpoints import TrainerCheckpoints
 from .setup import check_args_object, check_before_training, check_metric_for_best_model, initial_model
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
+    from ..loops.loss_scaling import WindowScaler
+    from ..loops.train_loop import DataPosition, LoopState, TrainPlan
     from .accelerator import TrainerAccelerator
     from .hub import TrainerHub
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
 DEFAULT_CALLBACKS = [DefaultFlowCallback]
+_ONLY_TENSORS = {torch.Tensor}
+_IS_CPU = attrgetter("is_cpu")
+
+
+def _no_flops(inputs: Any) -> int:
+    return 0
 
 
 class Trainer:
@@ -91,6 +90,11 @@ class Trainer:
         preprocess_logits_for_metrics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         tokenizer: Any = None,
     ) -> None:
+        from ..backends import build_backend  # loaded by the first Trainer, not by the import
+        from ..data.collators import DataCollatorWithPadding, default_data_collator
+        from ..runtime.accelerate_env import apply_accelerate_env
+        from ..runtime.memory import TrainerMemoryTracker
+
         if args is None:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
@@ -148,10 +152,8 @@ class Trainer:
         self._tw_loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
         self._tw_input_dtype: torch.dtype | None = None
-        self._tw_num_params: int | None = None
         self._tw_flops_owner: nn.Module | None = None
-        self._tw_main_input: str | None = None
-        self._tw_model_flops: Callable[[Any], int] | None = None
+        self._tw_flops_rule: Callable[[Any], int] = _no_flops
         self._tw_loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
         self._tw_checkpoints = TrainerCheckpoints(self, args=args, backend=self.backend)
         self._tw_hub: TrainerHub | None = None  # built at its first use (see _tw_hub_part)
@@ -187,6 +189,8 @@ class Trainer:
 
     # ---------------------------------------------------------------------------------------------------- data
     def _set_signature_columns_if_needed(self) -> list[str]:
+        from ..data.columns import signature_columns
+
         if self._signature_columns is None:
             self._signature_columns = signature_columns(self.model, self.label_names)
         return self._signature_columns
@@ -217,6 +221,8 @@ class Trainer:
     # ------------------------------------------------------------------------------------- optimizer, scheduler
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         """Names of the parameters that get weight decay (not biases, not normalisation weights)."""
+        from ..optim.factory import get_decay_parameter_names
+
         return get_decay_parameter_names(model)
 
     def create_optimizer(self) -> torch.optim.Optimizer:
@@ -229,12 +235,16 @@ class Trainer:
                 cls, kwargs = self.optimizer_cls_and_kwargs
                 self.optimizer = cls(build_param_groups(model, self.args.weight_decay), **kwargs)
             else:
+                from ..optim.factory import create_optimizer as build_optimizer
+
                 self.optimizer = build_optimizer(model, self.args)
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
         if self.lr_scheduler is None:
+            from ..optim.schedules import get_scheduler
+
             kwargs = dict(self.args.lr_scheduler_kwargs or {})
             self.lr_scheduler = get_scheduler(
                 self.args.lr_scheduler_type, optimizer=optimizer or self.optimizer,
@@ -290,11 +300,10 @@ class Trainer:
 
     def _tw_keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        for v in inputs.values():
-            if type(v) is not torch.Tensor or not v.is_cpu:
-                return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v)
-                        for k, v in inputs.items()}
-        return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        values = inputs.values()
+        if set(map(type, values)) == _ONLY_TENSORS and all(map(_IS_CPU, values)):  # checked in C, whatever the keys
+            return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
+        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
 
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
@@ -336,8 +345,10 @@ class Trainer:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
         elif labels is not None:  # a causal LM's logits predict the next label, as upstream smooths them
             loss = self.label_smoother(outputs, labels, shift_labels=is_causal_lm(model))
-        else:
-            loss = extract_loss(outputs, inputs, self.label_names)
+        else:  # a dict holding the loss tensor (the common case) is read here; anything else by extract_loss
+            loss = outputs.get("loss") if type(outputs) is dict else None
+            if type(loss) is not torch.Tensor:
+                loss = extract_loss(outputs, inputs, self.label_names)
         if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
                 (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
             # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
@@ -350,7 +361,11 @@ class Trainer:
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
         # per-micro-batch mean, so it is divided like any other.
-        takes_items = self._compute_loss_takes_num_items()
+        cached, method = self._tw_loss_takes_items, self.compute_loss  # _compute_loss_takes_num_items' cache, inlined
+        if cached is not None and cached[0] is getattr(method, "__func__", method):
+            takes_items = cached[1]
+        else:
+            takes_items = self._compute_loss_takes_num_items()
         with self.compute_loss_context_manager():
             if takes_items:
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
@@ -358,13 +373,14 @@ class Trainer:
                 loss = self.compute_loss(model, inputs)
         if self._tw_n_gpu > 1:
             loss = loss.mean()
-        scaled = self.loss_is_scaled_for_ga
-        if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
-            scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
         divisor = self.current_gradient_accumulation_steps
-        if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
-            # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
-            loss = loss / divisor
+        if type(divisor) is not int or divisor != 1:  # (the int 1 of a one-batch window divides nothing)
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:  # normalised over the whole window by num_items_in_batch (model or compute_loss_func)
+                scaled = num_items_in_batch is not None and takes_items and self._needs_num_items_in_batch()
+            if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
+                # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
+                loss = loss / divisor
         self.backend.backward(loss)
         return loss.detach()
 
@@ -391,33 +407,23 @@ class Trainer:
         main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
         return int(main.numel()) if isinstance(main, torch.Tensor) else 0
 
+    def _flops_counter(self) -> Callable[[Any], int]:
+        """What the training loop calls per micro-batch for its FLOPs, read once per run: the rule for this model,
+        unless ``floating_point_ops`` is overridden (then the override)."""
+        method = self.floating_point_ops
+        if getattr(method, "__func__", None) is not Trainer.floating_point_ops:
+            return method
+        model = self.model
+        if self._tw_flops_owner is not model:
+            self._tw_flops_owner, self._tw_flops_rule = model, flops_rule(model)
+        return self._tw_flops_rule
+
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module
-        if self._tw_flops_owner is not model:  # looked up once per model (nn.Module attribute misses are slow)
-            self._tw_flops_owner, self._tw_model_flops = model, getattr(model, "floating_point_ops", None)
-            # transformers 5 models have no floating_point_ops; upstream counts their non-embedding parameters
-            counter = getattr(model, "num_parameters", None)
-            self._tw_main_input = getattr(model, "main_input_name", "input_ids") if callable(counter) else None
-            self._tw_num_params = counter(exclude_embeddings=True) if callable(counter) else None
-        if self._tw_model_flops is not None:
-            return self._tw_model_flops(inputs)
-        if self._tw_main_input is not None and isinstance(inputs, Mapping) and self._tw_main_input in inputs:
-            return 6 * inputs[self._tw_main_input].numel() * self._tw_num_params
-        if self._tw_num_params is None:
-            self._tw_num_params = count_parameters(unwrap_model(model))
-        if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-            main = inputs.get("input_ids")
-            if main is None:
-                for main in inputs.values():  # the first tensor
-                    if isinstance(main, torch.Tensor):
-                        break
-                else:
-                    return 0
-            if main.is_floating_point():  # features, not tokens: one item per row
-                return 6 * self._tw_num_params * (main.shape[0] if main.dim() else 1)
-            return 6 * self._tw_num_params * main.numel()
-        return 0
+        if self._tw_flops_owner is not model:  # the rule is picked once per model (nn.Module attribute misses are slow)
+            self._tw_flops_owner, self._tw_flops_rule = model, flops_rule(model)
+        return self._tw_flops_rule(inputs)
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
@@ -473,6 +479,8 @@ class Trainer:
 
                     return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
                                                     ignore_keys_for_eval=ignore_keys_for_eval)
+                from ..loops.train_loop import run_training
+
                 return run_training(self, resume_from=resume_from, trial=trial,
                                     ignore_keys_for_eval=ignore_keys_for_eval)
         finally:
