@@ -269,3 +269,22 @@ def test_the_top_level_shows_the_architecture():
     """At most 15 entries at the top of trainwell/: each a part of the architecture a newcomer can read."""
     entries = sorted(p.name for p in PACKAGE.iterdir() if not p.name.startswith((".", "__pycache__")))
     assert len(entries) <= 15, f"{len(entries)} entries at the top of trainwell/: {entries}; group them"
+
+
+def _backend_getattrs(path: Path) -> list[str]:
+    """``getattr(<x>.backend, ...)`` / ``hasattr(<x>.backend, ...)`` calls in ``path``: a hook found by name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
+                and node.args:
+            target = node.args[0]
+            if isinstance(target, ast.Attribute) and target.attr == "backend":
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}")
+    return found
+
+
+def test_no_backend_hook_is_found_by_getattr():
+    """Every hook a backend may provide is in the Backend Protocol (its default in the single-device backend), so
+    callers call it; a ``getattr(trainer.backend, "hook", None)`` is a hook outside the contract."""
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _backend_getattrs(path)]
+    assert not found, f"backend hooks found by getattr (add them to trainwell.backends.base.Backend): {found}"

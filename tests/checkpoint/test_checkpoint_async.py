@@ -163,7 +163,7 @@ class _SaveDone(TrainerCallback):
     def on_step_begin(self, args, state, control, **kwargs):
         self.steps_begun.append(state.global_step + 1)
         if state.global_step == self.step:
-            self.trainer._async_saver.join()
+            self.trainer._tw_checkpoints.async_saver.join()
 
 
 def test_a_failed_background_write_is_raised_at_the_next_step(tmp_path):
@@ -185,7 +185,7 @@ def test_the_final_save_is_committed_before_train_returns(tmp_path):
                              save_total_limit=1, report_to="none", use_cpu=True, disable_tqdm=True, async_save=True)
     trainer = Trainer(model=_Net(), args=args, train_dataset=_data())
     trainer.train()
-    assert not trainer._async_saver.busy
+    assert not trainer._tw_checkpoints.async_saver.busy
     assert [p.name for p in list_complete_checkpoints(tmp_path)] == ["checkpoint-4"]  # committed and rotated
     verify_checkpoint(tmp_path / "checkpoint-4")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]

@@ -86,15 +86,15 @@ def test_a_fresh_python_run_next_to_an_earlier_one_warns_and_reports_only_its_ow
         trainer.train()
     assert "holds checkpoints of an earlier run (checkpoint-2, checkpoint-4, checkpoint-6)" in caplog.text
     assert "train(resume_from_checkpoint=True)" in caplog.text
-    assert trainer._checkpoint_of_this_run() is None  # checkpoint-6 is not this run's
+    assert trainer._tw_checkpoints.of_this_run() is None  # checkpoint-6 is not this run's
     assert trainer.state.best_model_checkpoint is None
 
     resumed = _trainer(out, 8)
     resumed.train(resume_from_checkpoint=True)
-    assert resumed._checkpoint_of_this_run() == out / "checkpoint-8"
+    assert resumed._tw_checkpoints.of_this_run() == out / "checkpoint-8"
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="trainwell"):
         again = _trainer(out, 8)
         again.train(resume_from_checkpoint=str(out / "checkpoint-8"))  # nothing left to train: resumed from
-    assert again._checkpoint_of_this_run() == out / "checkpoint-8"
+    assert again._tw_checkpoints.of_this_run() == out / "checkpoint-8"
     assert "earlier run" not in caplog.text

@@ -62,7 +62,7 @@ class Begin(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
         if state.global_step == self.join_at:
-            self.trainer._async_saver.join()
+            self.trainer._tw_checkpoints.async_saver.join()
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
         if os.environ.get("TERM_AT_STEP") == f"{state.global_step}:{RANK}":
@@ -137,7 +137,7 @@ def main(out: Path, mode: str) -> None:
         from trainwell.checkpoint.layout import list_complete_checkpoints
 
         newest = list_complete_checkpoints(out)[-1].name
-        print(f"RANK{RANK} PREEMPTED {trainer.state.global_step} {newest} {trainer._async_saver.busy}", flush=True)
+        print(f"RANK{RANK} PREEMPTED {trainer.state.global_step} {newest} {trainer._tw_checkpoints.async_saver.busy}", flush=True)
         return
     state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else trainer.model.state_dict()
     if RANK == 0:

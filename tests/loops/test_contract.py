@@ -15,8 +15,8 @@ from trainwell.loops import contract
 
 LOOPS = Path(contract.__file__).parent
 # train_hooks keeps its own handles in the trainer's __dict__ (popped by detach): its bookkeeping, not the contract.
-OWN_BOOKKEEPING = {"train_hooks.py": {"_train_hook_handles", "_neftune_embeddings", "_debug_overflow",
-                                      "_empty_cache_callback"}}
+OWN_BOOKKEEPING = {"train_hooks.py": {"_tw_train_hook_handles", "_tw_neftune_embeddings", "_tw_debug_overflow",
+                                      "_tw_empty_cache_callback"}}
 
 
 class Tiny(nn.Module):

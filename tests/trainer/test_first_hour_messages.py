@@ -137,7 +137,7 @@ def test_a_second_ctrl_c_during_the_save_names_the_newest_valid_checkpoint(tmp_p
     torch.manual_seed(0)
     trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=50, save_steps=1),
                       train_dataset=regression_data(64), callbacks=[_SignalAt(2, signal.SIGINT)])
-    trainer._checkpoints.save = _InterruptTheSave(trainer._checkpoints.save)
+    trainer._tw_checkpoints.manager.save = _InterruptTheSave(trainer._tw_checkpoints.manager.save)
     with pytest.raises(KeyboardInterrupt) as err:
         trainer.train()
     assert str(err.value) == (f"second SIGINT during the save of step 2: quitting without that checkpoint; the newest "

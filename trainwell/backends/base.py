@@ -27,6 +27,9 @@ class Capabilities:
     # The engine writes files of every rank into one checkpoint folder and their index on one rank only (DCP): a
     # checkpoint is complete only on a folder every node sees (one disk per node is refused at the first save).
     engine_needs_shared_folder: bool = False
+    # The engine fixes the micro-batch size when it is built (DeepSpeed's train_micro_batch_size_per_gpu), so
+    # ``auto_find_batch_size`` cannot retry with a smaller one.
+    fixed_micro_batch_size: bool = False
 
 
 class WeightsNotGathered(ValueError):
@@ -46,6 +49,13 @@ class Backend(Protocol):
     wrapped: nn.Module  # what the forward pass calls
     optimizer: torch.optim.Optimizer | None
     lr_scheduler: Any
+    num_training_steps: int | None  # set by the trainer before setup_optimization (engines building a schedule)
+    # The dtype floating-point inputs are cast to before the forward pass (the engine's, DeepSpeed); None: as given.
+    # Read once the engine exists (after setup_optimization / prepare_model).
+    input_dtype: torch.dtype | None
+    engine: Any  # the engine object users reach as ``trainer.deepspeed`` (DeepSpeed's); None for the others
+    scaler: Any  # the fp16 ``GradScaler`` trainwell steps through (disabled or None when fp16 is off)
+    ds_config: Any  # DeepSpeed's live ``HfDeepSpeedConfig``-like config; None for the other backends
 
     def model_init_context(self) -> AbstractContextManager[None]:
         """Context the trainer builds ``model_init``'s model in (ZeRO-3 partitions parameters at construction)."""
@@ -91,6 +101,14 @@ class Backend(Protocol):
         (collective; the writing ranks receive them), or None when nothing is sharded (use the model's own state
         dict). ``model_save``: for ``save_model`` (a backend whose configuration forbids gathering raises
         :class:`WeightsNotGathered`) rather than for a checkpoint's weights."""
+
+    def gathered_parameters(self) -> AbstractContextManager[Any]:
+        """A context in which the parameters are whole on every rank (ZeRO-3 gathers them), so that full weights
+        load into them; a no-op context when nothing is sharded that way."""
+
+    def check_checkpoint(self, folder: Path) -> None:
+        """Raise (a ``CheckpointError``) when this rank's engine files are missing from ``folder``; run in every
+        rank's validation before any rank loads, so that all fall back together. Nothing to check by default."""
 
     def save(self, folder: Path) -> None:
         """Write backend-specific checkpoint content (sharded weights/optimizer) into ``folder``.

@@ -23,6 +23,9 @@ class SingleDeviceBackend:
     """
 
     caps = Capabilities(async_checkpoint=True)
+    input_dtype: torch.dtype | None = None  # inputs keep their dtype (autocast handles mixed precision)
+    engine: Any = None  # no engine object
+    ds_config: Any = None  # not DeepSpeed
 
     def __init__(self, device: torch.device, precision: Precision, *, n_gpu: int = 1,
                  place_model_on_device: bool = True) -> None:
@@ -36,6 +39,7 @@ class SingleDeviceBackend:
         self.wrapped: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.lr_scheduler: Any = None
+        self.num_training_steps: int | None = None
 
     # -- model -------------------------------------------------------------------------------------------------
     def model_init_context(self) -> AbstractContextManager[Any]:
@@ -110,6 +114,13 @@ class SingleDeviceBackend:
     def stream_state_dict(self, *, model_save: bool) -> Any:
         """None: the model's own state dict is complete (see :meth:`Backend.stream_state_dict`)."""
         return None
+
+    def gathered_parameters(self) -> AbstractContextManager[Any]:
+        """The parameters are whole in this process: nothing to gather."""
+        return _NULL
+
+    def check_checkpoint(self, folder: Path) -> None:
+        """Nothing beyond trainwell's own files to check."""
 
     def save(self, folder: Path) -> None:
         """Nothing beyond the common checkpoint files."""

@@ -344,7 +344,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer = Trainer(args=args, **components.trainer_kwargs())
     use_plain_progress(trainer)
     trainer.add_callback(LogFileCallback())
-    trainer._preemption_hint = None  # the CLI prints its own resume command (_report_preemption)
+    trainer._tw_checkpoints.preemption_hint = None  # the CLI prints its own resume command (_report_preemption)
     result = trainer.train(resume_from_checkpoint=_resume_value(args))
     if trainer.preempted:
         return _report_preemption(trainer, argv)
@@ -357,7 +357,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer.save_state()
     extra = recipe.finish(components, trainer) if recipe.finish else []
     if trainer.is_world_process_zero():
-        print(format_summary(recipe, args, result, eval_metrics, extra, checkpoint=trainer._checkpoint_of_this_run()))
+        print(format_summary(recipe, args, result, eval_metrics, extra, checkpoint=trainer._tw_checkpoints.of_this_run()))
     return 0
 
 
@@ -402,7 +402,7 @@ def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
         elif not arg.startswith("--resume_from_checkpoint="):
             kept.append(arg)
     command = shlex.join(["trainwell", "train", *kept, "--resume_from_checkpoint", "auto"])
-    checkpoint = trainer._checkpoint_of_this_run()
+    checkpoint = trainer._tw_checkpoints.of_this_run()
     where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint saved" + (
         " (--save_strategy no)" if trainer.args.save_strategy == "no" else "")
     if trainer.is_world_process_zero():

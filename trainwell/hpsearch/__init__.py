@@ -39,7 +39,7 @@ _NON_OBJECTIVE_SUFFIXES = ("_runtime", "_per_second", "_compilation_time", "_del
 
 # Trainer attributes a trial replaces and the search puts back at the end.
 _RESTORED = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler", "label_smoother",
-             "_checkpoints", "_last_checkpoint", "_resumed_from")
+             "_tw_checkpoints")
 _RESTORED_ON_HANDLER = ("model", "optimizer", "lr_scheduler")
 
 
@@ -176,7 +176,7 @@ def _run_trial(trainer: Any, trial: Any, base_args: Any, search: dict[str, Any])
     name = search["hp_name"](trial) if search["hp_name"] is not None else f"run-{trial.number}"
     root = overrides.get("output_dir", base_args.output_dir)
     trainer.args = trial_arguments(base_args, overrides, os.path.join(root, name))
-    trainer._init_checkpointing()  # this trial's checkpoints go to its own folder
+    trainer._tw_checkpoints = trainer._tw_checkpoints.renewed(trainer.args)  # this trial's own checkpoint folder
     factor = trainer.args.label_smoothing_factor
     trainer.label_smoother = LabelSmoother(factor) if factor else None
     callback: HPSearchCallback = search["callback"]

@@ -77,7 +77,7 @@ def train_finding_batch_size(trainer: BatchSizeTrainer, *, resume_from: Path | N
     The optimizer and schedule built for the failed attempt are dropped (rebuilt for the new number of steps);
     ones passed to the Trainer are kept. Optimizer steps taken before the error stay in the weights, as upstream.
     """
-    if trainer.args.deepspeed:
+    if trainer.backend.caps.fixed_micro_batch_size:
         raise ValueError("auto_find_batch_size is not supported with DeepSpeed (the engine fixes the micro-batch "
                          "size when it is built): set per_device_train_batch_size yourself, or drop `deepspeed`.")
     saved = saved_batch_size(resume_from)

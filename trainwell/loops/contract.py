@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from .loop_state import DataPosition, LoopState, TrainPlan
     from .loss_scaling import WindowScaler
 
-__all__ = ["BatchSizeTrainer", "EvalLoopTrainer", "LoopTrainer", "TrainHooksTrainer", "TrainLoopTrainer"]
+__all__ = ["BatchSizeTrainer", "EvalLoopTrainer", "LoopTrainer", "PreemptionCheck", "TrainHooksTrainer",
+           "TrainLoopTrainer"]
 
 
 @runtime_checkable
@@ -57,6 +58,13 @@ class TrainHooksTrainer(Protocol):
     callback_handler: CallbackHandler
 
 
+class PreemptionCheck(Protocol):
+    """What the training loop asks the Trainer's checkpoint part after each optimizer step."""
+
+    def stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
+        """On a received SIGTERM/SIGINT: save a checkpoint, ask the loop to stop and return True."""
+
+
 @runtime_checkable
 class TrainLoopTrainer(_TrainerCore, Protocol):
     """What :func:`~trainwell.loops.train_loop.run_training` and its step functions use."""
@@ -65,10 +73,11 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
     current_flos: float
     current_gradient_accumulation_steps: int | float | torch.Tensor
     preempted: bool
-    _loop: LoopState | None
+    _tw_loop: LoopState | None
     _train_batch_size: int
-    _step_learning_rate: float | None
-    _skipped_steps: int
+    _tw_step_learning_rate: float | None
+    _tw_skipped_steps: int
+    _tw_checkpoints: PreemptionCheck  # the Trainer's checkpoint part (trainwell.trainer.checkpoints)
 
     def get_train_dataloader(self) -> DataLoader: ...
 
@@ -96,8 +105,6 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
                                  start_time: float | None = None) -> None: ...
-
-    def _stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool: ...
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput: ...
 

@@ -483,7 +483,7 @@ def _warn_if_metrics_skipped(trainer: EvalLoopTrainer, preds: Any, labels: Any, 
                   "or set `label_names` in TrainingArguments")
     else:
         return
-    warned = trainer.__dict__.setdefault("_metrics_skip_warned", set())
+    warned = trainer.__dict__.setdefault("_tw_metrics_skip_warned", set())
     if reason not in warned:
         warned.add(reason)
         warnings.warn(f"compute_metrics was not called: {reason}.", UserWarning, stacklevel=4)

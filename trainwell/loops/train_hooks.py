@@ -73,14 +73,14 @@ def attach(trainer: TrainHooksTrainer) -> None:
         embeddings = _input_embeddings(trainer.model)
         embeddings.neftune_noise_alpha = args.neftune_noise_alpha
         handles.append(embeddings.register_forward_hook(neftune_post_forward_hook))
-        trainer._neftune_embeddings = embeddings
+        trainer._tw_neftune_embeddings = embeddings
     if DebugOption.UNDERFLOW_OVERFLOW in args.debug:
         if args.n_gpu > 1:
             raise ValueError("debug='underflow_overflow' is not supported with several GPUs in one process "
                              "(DataParallel); launch one process per GPU with torchrun.")
         from .underflow_overflow import DebugUnderflowOverflow
 
-        trainer._debug_overflow = DebugUnderflowOverflow(unwrap_model(trainer.model))
+        trainer._tw_debug_overflow = DebugUnderflowOverflow(unwrap_model(trainer.model))
     if args.use_liger_kernel:  # args refused it when the package is missing
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
@@ -88,20 +88,20 @@ def attach(trainer: TrainHooksTrainer) -> None:
     if args.torch_empty_cache_steps is not None:
         callback = EmptyCacheCallback(args.torch_empty_cache_steps, args.device)
         trainer.callback_handler.add_callback(callback)
-        trainer._empty_cache_callback = callback
-    trainer._train_hook_handles = handles
+        trainer._tw_empty_cache_callback = callback
+    trainer._tw_train_hook_handles = handles
 
 
 def detach(trainer: TrainHooksTrainer) -> None:
     """Remove the hooks :func:`attach` registered (a no-op when there are none)."""
-    for handle in trainer.__dict__.pop("_train_hook_handles", ()):
+    for handle in trainer.__dict__.pop("_tw_train_hook_handles", ()):
         handle.remove()
-    embeddings = trainer.__dict__.pop("_neftune_embeddings", None)
+    embeddings = trainer.__dict__.pop("_tw_neftune_embeddings", None)
     if embeddings is not None and hasattr(embeddings, "neftune_noise_alpha"):
         del embeddings.neftune_noise_alpha
-    callback = trainer.__dict__.pop("_empty_cache_callback", None)
+    callback = trainer.__dict__.pop("_tw_empty_cache_callback", None)
     if callback is not None:
         trainer.callback_handler.remove_callback(callback)
-    detector = trainer.__dict__.pop("_debug_overflow", None)
+    detector = trainer.__dict__.pop("_tw_debug_overflow", None)
     if detector is not None:
         detector.remove()

@@ -7,7 +7,7 @@ The loop is written against the Trainer's public (overridable) methods (``traini
     -> optimizer step -> on_optimizer_step -> scheduler step -> zero_grad -> on_step_end -> log / evaluate / save
 
 What the loop owns (the data position, the running losses) is one :class:`LoopState`, passed to the functions here
-and kept on the trainer as ``trainer._loop`` for logging, checkpoints and the final metrics.
+and kept on the trainer as ``trainer._tw_loop`` for logging, checkpoints and the final metrics.
 """
 
 from __future__ import annotations
@@ -205,12 +205,12 @@ def _optimizer_updater(trainer: TrainLoopTrainer, clip_norm: float | None, sched
         if event is not QUIET_EVENT:
             trainer.control = event(args, state, trainer.control)
         if stepped and get_last_lr is not None:
-            trainer._step_learning_rate = get_last_lr()[0]  # what the step used: logged (upstream)
+            trainer._tw_step_learning_rate = get_last_lr()[0]  # what the step used: logged (upstream)
             schedule_step()
         else:  # the rate did not move: the logs read it as it is
-            trainer._step_learning_rate = None
+            trainer._tw_step_learning_rate = None
             if not stepped:
-                trainer._skipped_steps += 1
+                trainer._tw_skipped_steps += 1
         zero_grad()
         return grad_norm
 
@@ -237,7 +237,7 @@ def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainP
     loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
                            accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
                            world_size=args.world_size)
-    trainer._loop = loop
+    trainer._tw_loop = loop
     loop.step_takes_num_items = _training_step_takes_num_items(trainer)
     loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs (resumed: from here)
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
@@ -252,7 +252,7 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
     args, state, cb = trainer.args, trainer.state, trainer.callback_handler
     position, tr_loss = loop.position, loop.tr_loss
     scaler = None  # how windows are normalised: decided on the first micro-batch (a probe forward, once)
-    trainer._step_learning_rate = None
+    trainer._tw_step_learning_rate = None
     count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
     scheduler_per_step = not trainer._scheduler_needs_metrics()
     clip_norm = _clip_norm(args, trainer.backend)
@@ -267,7 +267,7 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
     # (a callback may add or remove callbacks during training).
     micro_batch = _micro_batch_runner(trainer, loop, model, count_tokens)
     update = _optimizer_updater(trainer, clip_norm, scheduler_per_step, engine_clips)
-    log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, trainer._stop_if_preempted
+    log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, trainer._tw_checkpoints.stop_if_preempted
     plain_single = False
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):

@@ -103,13 +103,13 @@ class TrainerAccelerator:
     @property
     def scaler(self) -> Any:
         """The fp16 gradient scaler, or None."""
-        scaler = getattr(self._trainer.backend, "scaler", None)
+        scaler = self._trainer.backend.scaler
         return scaler if scaler is not None and scaler.is_enabled() else None
 
     @property
     def deepspeed_plugin(self) -> Any:
         """None without DeepSpeed; else an object with ``deepspeed_config`` (the config dict) and ``zero_stage``."""
-        config = getattr(self._trainer.backend, "ds_config", None)
+        config = self._trainer.backend.ds_config
         if self._trainer.args.deepspeed is None or config is None:
             return None
         from types import SimpleNamespace

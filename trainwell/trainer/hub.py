@@ -7,6 +7,11 @@ the Trainer is built; each checkpoint save pushes the model files of ``output_di
 comes while the previous push is still running is skipped unless ``hub_always_push``. ``Trainer.push_to_hub()``
 saves the model, writes the model card (``README.md``) and uploads ``output_dir`` (without checkpoints); training
 waits for a running push at its end. Only the main process talks to the hub. ``HF_ENDPOINT`` picks the server.
+
+:class:`TrainerHub` is a part of :class:`trainwell.trainer.trainer.Trainer` (``trainer._tw_hub``, built at the first
+use); the Trainer's upstream methods (``init_hf_repo``, ``create_model_card``, ``push_to_hub``,
+``_push_from_checkpoint``, ``_finish_current_push``) delegate to it, and where upstream calls an overridable method
+(``save_model``, ``create_model_card``, ``init_hf_repo``) it calls the Trainer's, so that an override is reached.
 """
 
 from __future__ import annotations
@@ -16,11 +21,16 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, SaveStrategy
+
+if TYPE_CHECKING:
+    from ..args.fields import TrainingArguments
+    from ..callbacks.events import CallbackHandler
+    from ..callbacks.state import TrainerControl, TrainerState
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -67,21 +77,43 @@ class PushInProgress:
             job.result()
 
 
+class HubHost(Protocol):
+    """What the hub part reads from the Trainer and the overridable Trainer methods it calls back."""
+
+    args: TrainingArguments
+    state: TrainerState
+    control: TrainerControl
+    model: Any
+    processing_class: Any
+    callback_handler: CallbackHandler
+
+    def is_world_process_zero(self) -> bool: ...
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None: ...
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None: ...
+
+    def create_model_card(self, **kwargs: Any) -> None: ...
+
+
 class TrainerHub:
-    """Mixed into :class:`trainwell.Trainer`; relies on ``args``, ``state``, ``model``, ``processing_class``,
-    ``callback_handler`` and ``save_model``."""
+    """The hub side of one Trainer: its repository, the model card, the end push and the checkpoint pushes."""
 
-    hub_model_id: str | None = None
-    push_in_progress: PushInProgress | None = None
+    def __init__(self, trainer: HubHost) -> None:
+        self._trainer = trainer  # its arguments are read at each call: a hyper-parameter trial replaces them
+        self.model_id: str | None = None  # the repository created by init_repo (upstream's trainer.hub_model_id)
+        self.push_in_progress: PushInProgress | None = None  # the checkpoint pushes running in the background
 
-    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+    def init_repo(self, token: str | None = None, private: bool | None = None) -> None:
         """Create (or reuse) the hub repository ``args.hub_model_id`` (default: ``output_dir``'s name)."""
-        if not self.is_world_process_zero():
+        trainer = self._trainer
+        if not trainer.is_world_process_zero():
             return
-        name = self.args.hub_model_id or Path(self.args.output_dir).absolute().name
-        token = token if token is not None else self.args.hub_token
-        private = private if private is not None else self.args.hub_private_repo
-        self.hub_model_id = _hf_api().create_repo(name, token=token, private=private, exist_ok=True).repo_id
+        args = trainer.args
+        name = args.hub_model_id or Path(args.output_dir).absolute().name
+        token = token if token is not None else args.hub_token
+        private = private if private is not None else args.hub_private_repo
+        self.model_id = _hf_api().create_repo(name, token=token, private=private, exist_ok=True).repo_id
         self.push_in_progress = None
 
     def create_model_card(self, language: str | None = None, license: str | None = None,
@@ -90,124 +122,136 @@ class TrainerHub:
                           dataset_tags: str | list[str] | None = None, dataset: str | list[str] | None = None,
                           dataset_args: str | list[str] | None = None) -> None:
         """Write ``output_dir/README.md``: metadata, the training hyper-parameters and the evaluation results."""
-        if not self.is_world_process_zero():
+        if not self._trainer.is_world_process_zero():
             return
         ModelCard, ModelCardData = _hub().ModelCard, _hub().ModelCardData
 
-        path = os.path.join(self.args.output_dir, "README.md")
+        output_dir = self._trainer.args.output_dir
+        path = os.path.join(output_dir, "README.md")
         tags = [tags] if isinstance(tags, str) else list(tags or [])
         if os.path.exists(path):  # keep the tags a previous card had
             tags += [t for t in (ModelCard.load(path).data.tags or []) if t not in tags]
         tags += [t for t in ("trainwell", "generated_from_trainer") if t not in tags]
-        name = model_name or Path(self.args.output_dir).name
+        name = model_name or Path(output_dir).name
         as_list = (lambda v: [v] if isinstance(v, str) else v)
         data = ModelCardData(language=language, license=license, tags=tags, base_model=finetuned_from,
                              datasets=as_list(dataset), library_name="trainwell", model_name=name,
                              pipeline_tag=as_list(tasks)[0] if tasks else None)
-        os.makedirs(self.args.output_dir, exist_ok=True)
+        os.makedirs(output_dir, exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
-            f.write(f"---\n{data.to_yaml()}\n---\n\n{self._model_card_body(name, finetuned_from)}")
-
-    def _model_card_body(self, name: str, finetuned_from: str | None) -> str:
-        args = self.args
-        lines = [f"# {name}", ""]
-        lines.append(f"This model is a fine-tuned version of {finetuned_from}." if finetuned_from
-                     else "This model was trained with trainwell.")
-        evals = [e for e in self.state.log_history if any(k.startswith("eval_") for k in e)]
-        if evals:
-            lines += ["It achieves the following results on the evaluation set:"]
-            lines += [f"- {k[5:].replace('_', ' ').title()}: {v:.4f}" for k, v in evals[-1].items()
-                      if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime",
-                      "_per_second"))]
-        lines += ["", "## Training hyperparameters", "", "The following hyperparameters were used during training:"]
-        for label, attr in _CARD_HPARAMS:
-            value = getattr(args, attr, None)
-            if attr in ("max_steps", "warmup_steps") and not value:
-                continue
-            lines.append(f"- {label}: {getattr(value, 'value', value)}")
-        if evals:
-            keys = [k for k in evals[-1] if k.startswith("eval_") and not k.endswith(("_runtime", "_per_second"))]
-            train_losses = {e["step"]: e["loss"] for e in self.state.log_history if "loss" in e}
-            lines += ["", "## Training results", "",
-                      "| Training Loss | Epoch | Step | " + " | ".join(k[5:] for k in keys) + " |",
-                      "|" + "---|" * (3 + len(keys))]
-            for e in evals:
-                loss = train_losses.get(e.get("step"))
-                cells = ["No log" if loss is None else f"{loss:.4f}", f"{e.get('epoch', 0):.1f}", str(e.get("step"))]
-                cells += [f"{e[k]:.4f}" if isinstance(e.get(k), (int, float)) else "" for k in keys]
-                lines.append("| " + " | ".join(cells) + " |")
-        return "\n".join(lines) + "\n"
+            f.write(f"---\n{data.to_yaml()}\n---\n\n{_model_card_body(self._trainer, name, finetuned_from)}")
 
     def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
                     token: str | None = None, revision: str | None = None, private: bool | None = None,
                     **kwargs: Any) -> Any:
-        """Save the model and upload ``output_dir`` (no checkpoints) with a model card to ``hub_model_id``.
+        """Save the model and upload ``output_dir`` (no checkpoints) with a model card to the repository.
 
         Returns the ``CommitInfo`` (a future of it with ``blocking=False``); None on the other processes.
-        ``kwargs`` go to :meth:`create_model_card`.
+        ``kwargs`` go to the Trainer's ``create_model_card``.
         """
-        self.callback_handler.on_push_begin(self.args, self.state, self.control)
+        trainer = self._trainer
+        args = trainer.args
+        trainer.callback_handler.on_push_begin(args, trainer.state, trainer.control)
         model_name = kwargs.pop("model_name", None)
-        if model_name is None and self.args.should_save:
-            model_name = (self.args.hub_model_id or Path(self.args.output_dir).name).split("/")[-1]
-        token = token if token is not None else self.args.hub_token
-        if self.hub_model_id is None:
-            self.init_hf_repo(token=token, private=private)
-        self.save_model(_internal_call=True)
-        if not self.is_world_process_zero():
+        if model_name is None and args.should_save:
+            model_name = (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
+        token = token if token is not None else args.hub_token
+        if self.model_id is None:
+            trainer.init_hf_repo(token=token, private=private)
+        trainer.save_model(_internal_call=True)
+        if not trainer.is_world_process_zero():
             return None
-        model_tags = getattr(self.model, "model_tags", None)
+        model_tags = getattr(trainer.model, "model_tags", None)
         if model_tags:
             tags = kwargs.get("tags") or []
             tags = [tags] if isinstance(tags, str) else list(tags)
             kwargs["tags"] = tags + [t for t in model_tags if t not in tags]
-        self.create_model_card(model_name=model_name, **kwargs)
-        self._finish_current_push()
-        return _hf_api().upload_folder(repo_id=self.hub_model_id, folder_path=self.args.output_dir,
+        trainer.create_model_card(model_name=model_name, **kwargs)
+        self.finish_current_push()
+        return _hf_api().upload_folder(repo_id=self.model_id, folder_path=args.output_dir,
                                        commit_message=commit_message, token=token, run_as_future=not blocking,
                                        ignore_patterns=_IGNORE,
-                                       revision=revision if revision is not None else self.args.hub_revision)
+                                       revision=revision if revision is not None else args.hub_revision)
 
-    def _push_from_checkpoint(self, checkpoint_folder: str | os.PathLike) -> None:
+    def push_from_checkpoint(self, checkpoint_folder: str | os.PathLike) -> None:
         """After a checkpoint save: copy its model files to ``output_dir`` and push in the background."""
-        if not self.args.push_to_hub or not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
+        trainer = self._trainer
+        args = trainer.args
+        if not args.push_to_hub or not trainer.is_world_process_zero() or args.hub_strategy == HubStrategy.END:
             return
-        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
+        if not args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
             return  # the previous push is still running: skip this one (hub_always_push queues it)
-        self.callback_handler.on_push_begin(self.args, self.state, self.control)
-        folder, output_dir = Path(checkpoint_folder), self.args.output_dir
-        files = list(_MODEL_FILES)
-        for index in _INDEX_FILES:
-            if (folder / index).is_file():
-                files.append(index)
-                files += sorted(set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values()))
-        for name in files:  # replaced whole: a push still running (hub_always_push) never reads a half copy
-            if (folder / name).is_file():
-                tmp = os.path.join(output_dir, f"{_TMP}{name}")
-                shutil.copy(folder / name, tmp)
-                os.replace(tmp, os.path.join(output_dir, name))
-        if self.processing_class is not None and hasattr(self.processing_class, "save_pretrained"):
-            self.processing_class.save_pretrained(output_dir)
-        torch.save(self.args, os.path.join(output_dir, f"{_TMP}training_args.bin"))
-        os.replace(os.path.join(output_dir, f"{_TMP}training_args.bin"), os.path.join(output_dir, "training_args.bin"))
-        message = (f"Training in progress, step {self.state.global_step}" if self.args.save_strategy ==
-                   SaveStrategy.STEPS else f"Training in progress, epoch {int(self.state.epoch or 0)}")
+        trainer.callback_handler.on_push_begin(args, trainer.state, trainer.control)
+        folder, output_dir = Path(checkpoint_folder), args.output_dir
+        _copy_model_files(folder, output_dir, trainer.processing_class, args)
+        message = (f"Training in progress, step {trainer.state.global_step}" if args.save_strategy ==
+                   SaveStrategy.STEPS else f"Training in progress, epoch {int(trainer.state.epoch or 0)}")
         api = _hf_api()
-        jobs = [api.upload_folder(repo_id=self.hub_model_id, folder_path=output_dir, commit_message=message,
-                                  token=self.args.hub_token, run_as_future=True, revision=self.args.hub_revision,
+        jobs = [api.upload_folder(repo_id=self.model_id, folder_path=output_dir, commit_message=message,
+                                  token=args.hub_token, run_as_future=True, revision=args.hub_revision,
                                   ignore_patterns=_IGNORE)]
-        if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
-            in_repo = "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else folder.name
-            jobs.append(api.upload_folder(repo_id=self.hub_model_id, folder_path=str(folder), path_in_repo=in_repo,
-                                          commit_message=message + ", checkpoint", token=self.args.hub_token,
-                                          run_as_future=True, revision=self.args.hub_revision))
+        if args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
+            in_repo = "last-checkpoint" if args.hub_strategy == HubStrategy.CHECKPOINT else folder.name
+            jobs.append(api.upload_folder(repo_id=self.model_id, folder_path=str(folder), path_in_repo=in_repo,
+                                          commit_message=message + ", checkpoint", token=args.hub_token,
+                                          run_as_future=True, revision=args.hub_revision))
         if self.push_in_progress is None or self.push_in_progress.is_done():
             self.push_in_progress = PushInProgress(jobs)
         else:
             self.push_in_progress.jobs.extend(jobs)
 
-    def _finish_current_push(self) -> None:
+    def finish_current_push(self) -> None:
         """Wait for a running background push (end of training, before a final push)."""
         if self.push_in_progress is not None and not self.push_in_progress.is_done():
             logger.info("Waiting for the current checkpoint push to be finished, this might take a couple of minutes.")
             self.push_in_progress.wait_until_done()
+
+
+def _copy_model_files(folder: Path, output_dir: str, processing_class: Any, args: Any) -> None:
+    """A checkpoint's model files, the processing class and the arguments, copied into ``output_dir`` for a push."""
+    files = list(_MODEL_FILES)
+    for index in _INDEX_FILES:
+        if (folder / index).is_file():
+            files.append(index)
+            files += sorted(set(json.loads((folder / index).read_text(encoding="utf-8"))["weight_map"].values()))
+    for name in files:  # replaced whole: a push still running (hub_always_push) never reads a half copy
+        if (folder / name).is_file():
+            tmp = os.path.join(output_dir, f"{_TMP}{name}")
+            shutil.copy(folder / name, tmp)
+            os.replace(tmp, os.path.join(output_dir, name))
+    if processing_class is not None and hasattr(processing_class, "save_pretrained"):
+        processing_class.save_pretrained(output_dir)
+    torch.save(args, os.path.join(output_dir, f"{_TMP}training_args.bin"))
+    os.replace(os.path.join(output_dir, f"{_TMP}training_args.bin"), os.path.join(output_dir, "training_args.bin"))
+
+
+def _model_card_body(trainer: HubHost, name: str, finetuned_from: str | None) -> str:
+    """The card's text: what the model is, its evaluation results and the training hyper-parameters."""
+    args, state = trainer.args, trainer.state
+    lines = [f"# {name}", ""]
+    lines.append(f"This model is a fine-tuned version of {finetuned_from}." if finetuned_from
+                 else "This model was trained with trainwell.")
+    evals = [e for e in state.log_history if any(k.startswith("eval_") for k in e)]
+    if evals:
+        lines += ["It achieves the following results on the evaluation set:"]
+        lines += [f"- {k[5:].replace('_', ' ').title()}: {v:.4f}" for k, v in evals[-1].items()
+                  if k.startswith("eval_") and isinstance(v, (int, float)) and not k.endswith(("_runtime",
+                  "_per_second"))]
+    lines += ["", "## Training hyperparameters", "", "The following hyperparameters were used during training:"]
+    for label, attr in _CARD_HPARAMS:
+        value = getattr(args, attr, None)
+        if attr in ("max_steps", "warmup_steps") and not value:
+            continue
+        lines.append(f"- {label}: {getattr(value, 'value', value)}")
+    if evals:
+        keys = [k for k in evals[-1] if k.startswith("eval_") and not k.endswith(("_runtime", "_per_second"))]
+        train_losses = {e["step"]: e["loss"] for e in state.log_history if "loss" in e}
+        lines += ["", "## Training results", "",
+                  "| Training Loss | Epoch | Step | " + " | ".join(k[5:] for k in keys) + " |",
+                  "|" + "---|" * (3 + len(keys))]
+        for e in evals:
+            loss = train_losses.get(e.get("step"))
+            cells = ["No log" if loss is None else f"{loss:.4f}", f"{e.get('epoch', 0):.1f}", str(e.get("step"))]
+            cells += [f"{e[k]:.4f}" if isinstance(e.get(k), (int, float)) else "" for k in keys]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

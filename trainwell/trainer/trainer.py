@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import os
 import warnings
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from functools import partial
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -18,30 +16,30 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from ..utils import reporting
 from ..args.fields import TrainingArguments
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
-from ..callbacks.integrations import get_reporting_integration_callbacks
-from .checkpoints import TrainerCheckpointing
-from .compat import TrainerCompat
-from .hub import TrainerHub
-from ..data.loader import build_dataloader, has_length
 from ..callbacks.events import CallbackHandler
+from ..callbacks.integrations import get_reporting_integration_callbacks
+from ..callbacks.state import TrainerControl, TrainerState
 from ..loops import train_hooks
 from ..loops import eval_loop
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
-from ..utils.model_utils import (accepts_loss_kwargs, compile_model, count_parameters, enable_gradient_checkpointing,
-                          find_labels, forward_parameters, is_causal_lm, unwrap_model)
+from ..utils.model_utils import accepts_loss_kwargs, find_labels, flops_rule, forward_parameters, is_causal_lm
+from ..utils.model_utils import unwrap_model
+from ..utils import reporting
 from ..utils.overrides import accepts, call_override
-from ..utils.preflight import check_dataset, check_output_dir
-from ..callbacks.state import TrainerControl, TrainerState
-from ..utils.trainer_utils import (EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
-                                   enable_full_determinism, seed_worker, set_seed)
+from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
+                                   enable_full_determinism, set_seed)
+from . import run
+from .checkpoints import TrainerCheckpoints
+from .setup import check_args_object, check_before_training, check_metric_for_best_model, initial_model
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
     from ..loops.train_loop import DataPosition, LoopState, TrainPlan
+    from .accelerator import TrainerAccelerator
+    from .hub import TrainerHub
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -54,89 +52,17 @@ def _no_flops(inputs: Any) -> int:
     return 0
 
 
-def _flops_rule(model: nn.Module) -> Callable[[Any], int]:
-    """How :meth:`Trainer.floating_point_ops` counts for ``model``, decided once per model: the model's own
-    ``floating_point_ops``, else 6 x its non-embedding parameters x the elements of its main input (transformers
-    models), else 6 x its parameters x the items of the batch's first tensor."""
-    own = getattr(model, "floating_point_ops", None)
-    if own is not None:
-        return own
-    counter = getattr(model, "num_parameters", None)
-    if callable(counter):  # transformers 5 models have no floating_point_ops; upstream counts these parameters
-        return partial(_flops_by_main_input, getattr(model, "main_input_name", "input_ids"),
-                       6 * counter(exclude_embeddings=True))
-    return partial(_flops_by_first_tensor, 6 * count_parameters(unwrap_model(model)))
-
-
-def _flops_by_main_input(main_input: str, six_params: int, inputs: Any) -> int:
-    if isinstance(inputs, Mapping) and main_input in inputs:
-        return six_params * inputs[main_input].numel()
-    return _flops_by_first_tensor(six_params, inputs)
-
-
-def _flops_by_first_tensor(six_params: int, inputs: Any) -> int:
-    """6 x parameters (``six_params``) x the tokens of ``input_ids``, else of the batch's first tensor (one item per
-    row for features)."""
-    if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
-        main = inputs.get("input_ids")
-        if main is None:
-            for main in inputs.values():  # the first tensor
-                if isinstance(main, torch.Tensor):
-                    break
-            else:
-                return 0
-        if main.is_floating_point():  # features, not tokens: one item per row
-            return six_params * (main.shape[0] if main.dim() else 1)
-        return six_params * main.numel()
-    return 0
-
-
-class MissingMetricError(KeyError):
-    """``metric_for_best_model`` is not among the evaluation metrics (a ``KeyError``, as upstream raises)."""
-
-    def __str__(self) -> str:  # the message, not KeyError's quoted repr
-        return str(self.args[0])
-
-
-def _metric_value(metrics: Mapping[str, float], name: str) -> float:
-    """``metrics[name]`` with the ``eval_`` prefix added as upstream; a message listing the names otherwise."""
-    key = name if name.startswith("eval_") else f"eval_{name}"
-    if key not in metrics:
-        raise MissingMetricError(
-            f"The `metric_for_best_model` training argument is set to {key!r}, which is not found in the evaluation "
-            f"metrics. The available evaluation metrics are: {list(metrics)}. Return {key[5:]!r} from "
-            "compute_metrics, or set metric_for_best_model to one of these (with or without the 'eval_' prefix).")
-    return metrics[key]
-
-
-def _check_args_object(args: Any) -> None:
-    """A clear ``TypeError`` for ``args`` given as a dict or a path instead of ``TrainingArguments``."""
-    if isinstance(args, Mapping):
-        raise TypeError("Trainer(args=...) got a dict; wrap it: `Trainer(args=TrainingArguments(**d))` "
-                        "(or build it with HfArgumentParser(TrainingArguments).parse_dict(d)[0]).")
-    if isinstance(args, (str, os.PathLike)):
-        raise TypeError(f"Trainer(args=...) got the path {os.fspath(args)!r}; pass "
-                        f"`args=TrainingArguments(output_dir={os.fspath(args)!r})`.")
-
-
-def _check_before_training(args: TrainingArguments, train_dataset: Any, eval_dataset: Any) -> None:
-    """Everything knowable at construction that would otherwise fail after training started."""
-    check_dataset(train_dataset, "train")
-    for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
-        check_dataset(dataset, "eval")
-    if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
-        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
-        raise ValueError(  # otherwise upstream's message and type, word for word
-            f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
-            "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
-    check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
-
-
-class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
+class Trainer:
     """Train, evaluate and predict with any ``nn.Module`` that returns its loss (tuple first, or ``"loss"``).
 
     The constructor and every public method follow the upstream ``transformers.Trainer``; subclass and override
     ``compute_loss``, ``training_step``, ``create_optimizer``, ``get_train_dataloader``... exactly as there.
+
+    It is composed of parts with explicit inputs, each the one attribute holding its state: the checkpoints
+    (``_tw_checkpoints``, :mod:`trainwell.trainer.checkpoints`), the hub (``_tw_hub``, :mod:`trainwell.trainer.hub`),
+    the ``accelerator`` emulation; the upstream methods delegate to them in a few lines. trainwell's own private
+    attributes all start with ``_tw_`` (the others are upstream's, with upstream's meaning), so that a subclass's own
+    names (``_loop``, ``_parts``...) never collide with them.
     """
 
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
@@ -164,15 +90,15 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         preprocess_logits_for_metrics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
         tokenizer: Any = None,
     ) -> None:
-        from ..runtime.accelerate_env import apply_accelerate_env  # loaded by the first Trainer, not by the import
-        from ..backends import build_backend
+        from ..backends import build_backend  # loaded by the first Trainer, not by the import
         from ..data.collators import DataCollatorWithPadding, default_data_collator
+        from ..runtime.accelerate_env import apply_accelerate_env
         from ..runtime.memory import TrainerMemoryTracker
 
         if args is None:
             logger.info("No `TrainingArguments` passed, using `output_dir=tmp_trainer`.")
             args = TrainingArguments(output_dir="tmp_trainer")
-        _check_args_object(args)
+        check_args_object(args)
         self.args = args
         apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
@@ -184,8 +110,8 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self.model_init = model_init
         self.backend = build_backend(args)
-        self._device, self._n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
-        model = self._initial_model(model, model_init)
+        self._tw_device, self._tw_n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
+        model = initial_model(model, model_init, self.call_model_init)
         self.processing_class = processing_class
         if data_collator is None:
             data_collator = (DataCollatorWithPadding(processing_class) if hasattr(processing_class, "pad")
@@ -193,10 +119,11 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         self.data_collator = data_collator
         self.train_dataset = train_dataset
         self.eval_dataset = eval_dataset
-        _check_before_training(args, train_dataset, eval_dataset)
+        check_before_training(args, train_dataset, eval_dataset)
         self.compute_loss_func = compute_loss_func
         self.compute_metrics = compute_metrics
-        self._check_metric_for_best_model()
+        check_metric_for_best_model(args, compute_metrics, custom_evaluation=type(self).evaluate is not Trainer.evaluate
+                                    or type(self).evaluation_loop is not Trainer.evaluation_loop)
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
@@ -217,55 +144,24 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
                                                 self.optimizer, self.lr_scheduler)
         self.is_in_train = False
         self.current_flos = 0.0
-        self._skipped_steps = 0
-        self._warned_non_finite = False
-        self._step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
+        self._tw_skipped_steps = 0
+        self._tw_warned_non_finite = False
+        self._tw_step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
-        self._train_batch_size = self._requested_batch_size = args.train_batch_size
-        self._loop: LoopState | None = None  # the running loop's state (data position, running losses)
+        self._train_batch_size = self._tw_requested_batch_size = args.train_batch_size
+        self._tw_loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
-        self._input_dtype: torch.dtype | None = None
-        self._flops_owner: nn.Module | None = None
-        self._flops_rule: Callable[[Any], int] = _no_flops
-        self._loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
-        self._init_checkpointing()
-        self.hub_model_id = None  # set by init_hf_repo (see trainwell.trainer.hub)
+        self._tw_input_dtype: torch.dtype | None = None
+        self._tw_flops_owner: nn.Module | None = None
+        self._tw_flops_rule: Callable[[Any], int] = _no_flops
+        self._tw_loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
+        self._tw_checkpoints = TrainerCheckpoints(self, args=args, backend=self.backend)
+        self._tw_hub: TrainerHub | None = None  # built at its first use (see _tw_hub_part)
+        self._tw_accelerator: TrainerAccelerator | None = None
         if args.push_to_hub:
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         self._memory_tracker.stop_and_update_metrics()
-
-    # What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
-    _METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
-                                "jit_compilation_time", "tokens_per_second")
-
-    def _check_metric_for_best_model(self) -> None:
-        """Refuse now a ``metric_for_best_model`` no evaluation can return (upstream fails at the first evaluation,
-        after a checkpoint was written)."""
-        name = self.args.metric_for_best_model
-        strategy = getattr(self.args.eval_strategy, "value", self.args.eval_strategy)
-        if not name or self.compute_metrics is not None or strategy == "no":
-            return
-        custom = type(self).evaluate is not Trainer.evaluate or type(self).evaluation_loop is not Trainer.evaluation_loop
-        if custom or name.removeprefix("eval_") in self._METRICS_WITHOUT_COMPUTE:
-            return
-        raise ValueError(
-            f"metric_for_best_model={name!r} cannot be computed: without compute_metrics an evaluation returns only "
-            f"eval_loss (and its speed). Pass compute_metrics=... returning {{{name.removeprefix('eval_')!r}: ...}}, "
-            "or set metric_for_best_model='loss' (the default with load_best_model_at_end).")
-
-    def _initial_model(self, model: nn.Module | None, model_init: Callable[..., nn.Module] | None) -> nn.Module:
-        """The model passed in, or the one ``model_init`` builds; a clear error for anything else."""
-        if model is None:
-            if model_init is None:
-                raise ValueError("Trainer needs either a `model` or a `model_init` function")
-            model = self.call_model_init()
-        elif model_init is not None:
-            warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
-                          "train() call and overrides `model`", UserWarning, stacklevel=2)
-        if not isinstance(model, nn.Module):
-            raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
-        return model
 
     def _adopt_model(self, model: nn.Module) -> None:
         """Place ``model`` on the device and read what its forward signature tells (return_loss, loss kwargs)."""
@@ -300,70 +196,22 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         return self._signature_columns
 
     def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
-        """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
-        from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
+        """A DataLoader over ``dataset`` (see :func:`trainwell.trainer.data.trainer_dataloader`)."""
+        from .data import trainer_dataloader
 
-        if dataset is None:
-            raise ValueError(f"Trainer: this call requires a {description} dataset "
-                             f"(pass `{description}_dataset=` to the Trainer or to the method)")
-        name = description.removesuffix("_dataset")
-        check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
-        if has_length(dataset) and len(dataset) == 0:
-            raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
-        collator = self.data_collator
-        if self.args.remove_unused_columns:
-            columns = self._set_signature_columns_if_needed()
-            if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
-                dataset = remove_unused_columns_from_dataset(dataset, columns, description=description)
-            else:
-                collator = RemoveColumnsCollator(collator, columns, logger=logger,
-                                                 model_name=type(unwrap_model(self.model)).__name__,
-                                                 description=description)
-        sampler = None
-        if isinstance(dataset, torch.utils.data.IterableDataset):
-            if has_length(dataset) and self.args.dataloader_num_workers == 0:
-                from ..data.length_check import LengthCheckedIterable
-
-                dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
-        if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
-            # an override of the older _get_train_sampler(self) reads self.train_dataset itself
-            sampler = (call_override(self, "_get_train_sampler", dataset) if train
-                       else self._get_eval_sampler(dataset))
-        # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
-        # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
-        workers = self.args.dataloader_num_workers
-        worker_init = partial(seed_worker, num_workers=workers, rank=self.args.process_index) if train else None
-        return build_dataloader(
-            dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
-            drop_last=self.args.dataloader_drop_last, num_workers=workers,
-            pin_memory=self.args.dataloader_pin_memory and self.args.device.type == "cuda",
-            persistent_workers=self.args.dataloader_persistent_workers,
-            prefetch_factor=self.args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+        return trainer_dataloader(self, dataset, batch_size=batch_size, train=train, description=description)
 
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
-        from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+        from .data import train_sampler
 
-        dataset = self.train_dataset if dataset is None else dataset
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
-        common = dict(seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index,
-                      shard_batch_size=self._train_batch_size)
-        if self.args.group_by_length:
-            lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
-            return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
-                                        **common)
-        return ResumableSampler(len(dataset), shuffle=True, drop_last=self.args.dataloader_drop_last, **common)
+        return train_sampler(self.args, self.train_dataset if dataset is None else dataset, self._train_batch_size)
 
     def _get_eval_sampler(self, dataset: Any) -> Any:
         """Sequential order (each rank a contiguous share of every global batch when distributed)."""
-        if self.args.world_size <= 1:
-            return torch.utils.data.SequentialSampler(dataset)
-        from ..data.samplers import EvalShardSampler
+        from .data import eval_sampler
 
-        return EvalShardSampler(len(dataset), batch_size=self.args.eval_batch_size,
-                                num_replicas=self.args.world_size, rank=self.args.process_index,
-                                drop_last=self.args.dataloader_drop_last)
+        return eval_sampler(self.args, dataset)
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""
@@ -416,9 +264,9 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     # ------------------------------------------------------------------------------------------- the step
     def _prepare_input(self, data: Any) -> Any:
         if isinstance(data, torch.Tensor):
-            if self._input_dtype is not None and (data.is_floating_point() or data.is_complex()):
-                return data.to(self._device, dtype=self._input_dtype, non_blocking=True)
-            return data.to(self._device, non_blocking=True)
+            if self._tw_input_dtype is not None and (data.is_floating_point() or data.is_complex()):
+                return data.to(self._tw_device, dtype=self._tw_input_dtype, non_blocking=True)
+            return data.to(self._tw_device, non_blocking=True)
         if isinstance(data, Mapping):
             return type(data)({k: self._prepare_input(v) for k, v in data.items()})
         if isinstance(data, (tuple, list)):
@@ -428,7 +276,7 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
         if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
-            return self._move_flat(inputs)
+            return self._tw_move_flat(inputs)
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
@@ -437,20 +285,20 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
             inputs["mems"] = self._past
         return inputs
 
-    def _move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """A flat batch to the device (replaced by :meth:`_move_flat_cast` once a backend names an input dtype)."""
-        device = self._device
+    def _tw_move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """A flat batch to the device (replaced by :meth:`_tw_move_flat_cast` once a backend names an input dtype)."""
+        device = self._tw_device
         return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
                 for k, v in inputs.items()}
 
-    def _move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
+    def _tw_move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch to the device, floating-point tensors cast to the engine's dtype (DeepSpeed, as upstream)."""
-        device, dtype = self._device, self._input_dtype
+        device, dtype = self._tw_device, self._tw_input_dtype
         return {k: (v.to(device, dtype=dtype, non_blocking=True) if v.is_floating_point() or v.is_complex()
                     else v.to(device, non_blocking=True)) if isinstance(v, torch.Tensor) else self._prepare_input(v)
                 for k, v in inputs.items()}
 
-    def _keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
+    def _tw_keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
         values = inputs.values()
         if set(map(type, values)) == _ONLY_TENSORS and all(map(_IS_CPU, values)):  # checked in C, whatever the keys
@@ -460,13 +308,13 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     def _adopt_input_dtype(self) -> None:
         """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
         and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
-        self._input_dtype = getattr(self.backend, "input_dtype", None)
-        if self._input_dtype is not None:
-            self._move_flat = self._move_flat_cast
-        elif self._device.type == "cpu":
-            self._move_flat = self._keep_flat_on_cpu
+        self._tw_input_dtype = self.backend.input_dtype
+        if self._tw_input_dtype is not None:
+            self._tw_move_flat = self._tw_move_flat_cast
+        elif self._tw_device.type == "cpu":
+            self._tw_move_flat = self._tw_keep_flat_on_cpu
         else:
-            self.__dict__.pop("_move_flat", None)  # the class's mover (an earlier run may have chosen another)
+            self.__dict__.pop("_tw_move_flat", None)  # the class's mover (an earlier run may have chosen another)
 
     def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
         """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
@@ -513,7 +361,7 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
         # per-micro-batch mean, so it is divided like any other.
-        cached, method = self._loss_takes_items, self.compute_loss  # _compute_loss_takes_num_items' cache, inlined
+        cached, method = self._tw_loss_takes_items, self.compute_loss  # _compute_loss_takes_num_items' cache, inlined
         if cached is not None and cached[0] is getattr(method, "__func__", method):
             takes_items = cached[1]
         else:
@@ -523,7 +371,7 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
             else:
                 loss = self.compute_loss(model, inputs)
-        if self._n_gpu > 1:
+        if self._tw_n_gpu > 1:
             loss = loss.mean()
         divisor = self.current_gradient_accumulation_steps
         if type(divisor) is not int or divisor != 1:  # (the int 1 of a one-batch window divides nothing)
@@ -540,43 +388,19 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         """Whether ``self.compute_loss`` (maybe a user override) accepts ``num_items_in_batch``."""
         method = self.compute_loss
         func = getattr(method, "__func__", method)
-        cached = self._loss_takes_items
+        cached = self._tw_loss_takes_items
         if cached is not None and cached[0] is func:  # per micro-batch: the answer of the same function is kept
             return cached[1]
         takes = accepts(self, "compute_loss").takes("num_items_in_batch")
-        self._loss_takes_items = (func, takes)
+        self._tw_loss_takes_items = (func, takes)
         return takes
 
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
     def _window_scaler(self, first_batch: Any) -> WindowScaler:
-        """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
-        ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
-        from ..runtime.distributed import all_gather_object
-        from ..loops.loss_scaling import LossRule, WindowScaler, probe_loss_rule
-
-        args = self.args
-        across = bool(args.average_tokens_across_devices) and args.world_size > 1
-        if self.compute_loss_func is not None:  # it receives the window's labels, as upstream
-            rule = LossRule(True, "labels", "compute_loss_func")
-        elif self.label_smoother is not None:  # a mean over the labels (LabelSmoother), shifted for a causal LM
-            shifted = is_causal_lm(self.model)
-            rule = LossRule(False, "shifted" if shifted else "labels",
-                            "label smoothing, causal LM" if shifted else "label smoothing")
-        elif not self._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
-            rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
-        elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
-            rule = LossRule(False, "labels", "one micro-batch per step")
-        else:
-            rule = probe_loss_rule(self.model, self._prepare_inputs(first_batch))
-            if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
-                rule = all_gather_object(rule)[0]
-            logger.info("Gradient accumulation with %s: %s", type(unwrap_model(self.model)).__name__,
-                        rule.describe())
-        if self.compute_loss_func is None:
-            self.model_accepts_loss_kwargs = rule.takes_num_items
-        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=across)
+        """How this run's accumulation windows are normalised (see :func:`trainwell.trainer.run.window_scaler`)."""
+        return run.window_scaler(self, first_batch)
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
@@ -590,16 +414,16 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         if getattr(method, "__func__", None) is not Trainer.floating_point_ops:
             return method
         model = self.model
-        if self._flops_owner is not model:
-            self._flops_owner, self._flops_rule = model, _flops_rule(model)
-        return self._flops_rule
+        if self._tw_flops_owner is not model:
+            self._tw_flops_owner, self._tw_flops_rule = model, flops_rule(model)
+        return self._tw_flops_rule
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int:
         """FLOPs of one forward+backward: the model's own estimate, else 6 x parameters x items (tokens or rows)."""
         model = self.model  # always the unwrapped module
-        if self._flops_owner is not model:  # the rule is picked once per model (nn.Module attribute misses are slow)
-            self._flops_owner, self._flops_rule = model, _flops_rule(model)
-        return self._flops_rule(inputs)
+        if self._tw_flops_owner is not model:  # the rule is picked once per model (nn.Module attribute misses are slow)
+            self._tw_flops_owner, self._tw_flops_rule = model, flops_rule(model)
+        return self._tw_flops_rule(inputs)
 
     def num_examples(self, dataloader: Any) -> int:
         """Number of samples of a DataLoader's dataset (or batches x batch size when the dataset has no length)."""
@@ -645,11 +469,11 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
             enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
             self._adopt_model(self.call_model_init(trial))
             self.optimizer, self.lr_scheduler = None, None
-        resume_from = self._resolve_resume(resume_from_checkpoint)
-        if self.args.train_batch_size != self._requested_batch_size:  # new arguments (a hyperparameter search trial)
-            self._train_batch_size = self._requested_batch_size = self.args.train_batch_size
+        resume_from = self._tw_checkpoints.resolve_resume(resume_from_checkpoint)
+        if self.args.train_batch_size != self._tw_requested_batch_size:  # new arguments (a hyperparameter search trial)
+            self._train_batch_size = self._tw_requested_batch_size = self.args.train_batch_size
         try:
-            with self._preemption_scope():
+            with self._tw_checkpoints.preemption_scope():
                 if self.args.auto_find_batch_size:
                     from ..loops.batch_size import train_finding_batch_size
 
@@ -662,43 +486,16 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         finally:
             self.is_in_train = False
             train_hooks.detach(self)
-            self._release_output_dir()
+            self._tw_checkpoints.release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
 
     def _init_state(self, plan: TrainPlan) -> None:
         """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
-        self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
-                                  is_world_process_zero=self.is_world_process_zero(),
-                                  stateful_callbacks=getattr(self.state, "stateful_callbacks", None) or {})
-        self.state.compute_steps(self.args, plan.max_steps)
-        self.state.max_steps = plan.max_steps
-        self.state.num_train_epochs = plan.num_epochs
-        self.state.train_batch_size = self._train_batch_size
-        self.state.epoch = 0.0
-        self.control = TrainerControl()
-        self.current_flos = 0.0
-        self._plan = plan
+        run.init_state(self, plan)
 
     def _prepare_for_training(self, max_steps: int) -> nn.Module:
         """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
-        if self.args.gradient_checkpointing:
-            enable_gradient_checkpointing(unwrap_model(self.model), self.args.gradient_checkpointing_kwargs)
-        self.backend.prepare_model(self.model, training=True)
-        self.model = self.backend.model
-        train_hooks.attach(self)  # neftune noise, underflow/overflow detector: none unless asked for
-        self.create_optimizer_and_scheduler(num_training_steps=max_steps)
-        self.backend.num_training_steps = max_steps  # read by backends that build their own schedule (DeepSpeed)
-        self.backend.setup_optimization(self.optimizer, self.lr_scheduler)
-        self.optimizer, self.lr_scheduler = self.backend.optimizer, self.backend.lr_scheduler  # ZeRO rebuilds them
-        self._adopt_input_dtype()
-        wrapped = self.backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
-        if self.args.torch_compile:
-            wrapped = compile_model(wrapped, self.args)
-        self.model_wrapped = wrapped
-        self.callback_handler.model = self.model
-        self.callback_handler.optimizer = self.optimizer
-        self.callback_handler.lr_scheduler = self.lr_scheduler
-        return wrapped
+        return run.prepare_for_training(self, max_steps)
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
@@ -712,7 +509,7 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
                 metrics = self._evaluate(trial, ignore_keys_for_eval)
                 # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
                 new_best = self._is_new_best(metrics)
-            except MissingMetricError as err:
+            except run.MissingMetricError as err:
                 model.train()
                 if self.control.should_save:  # the checkpoint due at this step is written before stopping
                     folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)
@@ -726,45 +523,31 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
     def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
-        steps = self.state.global_step - self._loop.last_logged_step
-        window = self._loop.close_window(self.state.global_step)
-        if not math.isfinite(window) and not self._warned_non_finite:
-            # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
-            # StopOnNonFiniteLossCallback.
-            self._warned_non_finite = True
-            logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
-                           "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
-                           "diverge.", window, steps, self.state.global_step)
-        logs: dict[str, float] = {"loss": window / steps}
-        if grad_norm is not None:
-            logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
-        logs["learning_rate"] = self._logged_learning_rate()
-        self.store_flos()
-        self.log(logs)
+        run.log_training_window(self, tr_loss, grad_norm)
 
     @property
     def _total_loss_scalar(self) -> float:
         """The loss of the logged windows summed (upstream's attribute, read by some callbacks and subclasses)."""
-        return self._loop.total_loss if self._loop is not None else 0.0
+        return self._tw_loop.total_loss if self._tw_loop is not None else 0.0
 
     @_total_loss_scalar.setter
     def _total_loss_scalar(self, value: float) -> None:
-        if self._loop is not None:
-            self._loop.total_loss = value
+        if self._tw_loop is not None:
+            self._tw_loop.total_loss = value
 
     @property
     def _globalstep_last_logged(self) -> int:
         """The global step of the last training log (upstream's attribute)."""
-        return self._loop.last_logged_step if self._loop is not None else 0
+        return self._tw_loop.last_logged_step if self._tw_loop is not None else 0
 
     @_globalstep_last_logged.setter
     def _globalstep_last_logged(self, value: int) -> None:
-        if self._loop is not None:
-            self._loop.last_logged_step = value
+        if self._tw_loop is not None:
+            self._tw_loop.last_logged_step = value
 
     def _logged_learning_rate(self) -> float:
         """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
-        used = self._step_learning_rate
+        used = self._tw_step_learning_rate
         return float(used) if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
@@ -776,51 +559,16 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
         metrics = self.evaluate(ignore_keys=ignore_keys)
         if self._scheduler_needs_metrics():
             key = self.args.metric_for_best_model or "loss"
-            self.lr_scheduler.step(_metric_value(metrics, key))
+            self.lr_scheduler.step(run.metric_value(metrics, key))
         return metrics
 
     def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
         """Record ``best_metric`` / ``best_global_step``; True when ``metrics`` improve on the best so far."""
-        name = self.args.metric_for_best_model
-        if not metrics or not name:
-            return False
-        value = _metric_value(metrics, name)
-        better = (lambda a, b: a > b) if self.args.greater_is_better else (lambda a, b: a < b)
-        if self.state.best_metric is None or better(value, self.state.best_metric):
-            self.state.best_metric = value
-            self.state.best_global_step = self.state.global_step
-            return True
-        return False
+        return run.is_new_best(self, metrics)
 
     def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
         """Final metrics, best-model reload, rotation, on_train_end."""
-        self._wait_for_checkpoint()  # async_save: the last (or preemption) save is committed before train() returns
-        steps = max(self.state.global_step, 1)
-        train_loss = self._loop.final_total() / steps
-        if self.args.load_best_model_at_end and self.state.best_model_checkpoint is not None and not self.preempted:
-            self._load_best_model()
-        if plan.micro_batches_per_epoch and self.args.max_steps <= 0:
-            num_samples = plan.num_examples * self.args.num_train_epochs
-        else:
-            num_samples = plan.max_steps * plan.total_train_batch_size
-        # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
-        # whole plan (the seeds' versions divided the planned max_steps by the runtime).
-        steps_run = self.state.global_step - self._loop.steps_at_start
-        num_samples = num_samples * steps_run / max(plan.max_steps, 1)
-        tokens = self._loop.tokens_trained if self.args.include_tokens_per_second else None  # per device, seen
-        metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
-                                          num_tokens=tokens)
-        self.store_flos()
-        metrics["total_flos"] = self.state.total_flos
-        metrics["train_loss"] = train_loss
-        metrics["epoch"] = self.state.epoch
-        self.is_in_train = False
-        self._memory_tracker.stop_and_update_metrics(metrics, stage="train")
-        self.log(metrics)
-        self._rotate_checkpoints_at_end()
-        self._finish_current_push()
-        self.control = self.callback_handler.on_train_end(self.args, self.state, self.control)
-        return TrainOutput(self.state.global_step, train_loss, metrics)
+        return run.finish_training(self, tr_loss, plan, start_time)
 
     def store_flos(self) -> None:
         """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a
@@ -921,20 +669,7 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
     # ------------------------------------------------------------------------------------------- evaluation glue
     def _model_for_eval(self) -> nn.Module:
         """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
-        model = self.model
-        if not self.is_in_train and self.backend.caps.sharded_state:
-            # ZeRO-3 inference: the backend shards the model (a no-op when training already did)
-            engine = self.backend.prepare_model(model, training=False)
-            self._adopt_input_dtype()
-            return engine
-        if not self.is_in_train:
-            if self.args.fp16_full_eval:
-                model = model.to(dtype=torch.float16, device=self.args.device)
-            elif self.args.bf16_full_eval:
-                model = model.to(dtype=torch.bfloat16, device=self.args.device)
-            elif self.place_model_on_device:
-                model = model.to(self.args.device)
-        return model
+        return run.model_for_eval(self)
 
     def hyperparameter_search(self, hp_space: Callable[[Any], dict[str, Any]] | None = None,
                               compute_objective: Callable[[dict[str, float]], Any] | None = None,
@@ -956,4 +691,165 @@ class Trainer(TrainerCheckpointing, TrainerCompat, TrainerHub):
 
     def _resume(self, folder: Path) -> DataPosition:
         """Restore everything saved in ``folder``; returns where the data stream stood."""
-        return self._load_training_checkpoint(folder)
+        return self._tw_checkpoints.load(folder, self._tw_plan)
+
+    # ------------------------------------------------------------------- checkpoints (trainer.checkpoints part)
+    def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
+        """Write ``checkpoint-<global_step>`` atomically (every resumable state), then rotate old ones."""
+        return self._tw_checkpoints.save(model, trial, tr_loss=tr_loss, loop=self._tw_loop)
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """Save the model weights (``model.safetensors``, sharded above 5GB), the arguments and the processing class.
+
+        A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
+        """
+        self._tw_checkpoints.save_model(output_dir, _internal_call=_internal_call)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """Load the model weights of the checkpoint folder ``resume_from_checkpoint`` (into ``model`` if given)."""
+        self._tw_checkpoints.load_weights(resume_from_checkpoint, model)
+
+    def _load_best_model(self) -> None:
+        """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
+        self._tw_checkpoints.load_best_model()
+
+    def _sorted_checkpoints(self, output_dir: str | None = None, checkpoint_prefix: str = PREFIX_CHECKPOINT_DIR,
+                            use_mtime: bool = False) -> list[str]:
+        """trainwell's complete checkpoints in ``output_dir``, oldest first, the best one kept off the front."""
+        return self._tw_checkpoints.sorted_checkpoints(output_dir, checkpoint_prefix, use_mtime=use_mtime)
+
+    def _rotate_checkpoints(self, use_mtime: bool = False, output_dir: str | None = None) -> None:
+        """Delete the oldest of trainwell's checkpoints beyond ``save_total_limit`` (never the best one)."""
+        self._tw_checkpoints.rotate(output_dir, use_mtime=use_mtime)
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the last ``train()`` stopped on SIGTERM/SIGINT (after saving a checkpoint)."""
+        return self._tw_checkpoints.preempted
+
+    @property
+    def preempted_by(self) -> str | None:
+        """The name of the signal that stopped the last ``train()`` (``"SIGTERM"``), else None."""
+        return self._tw_checkpoints.preempted_by
+
+    @property
+    def preemption_sync_steps(self) -> int:
+        """With several processes, the ranks agree on a stop every this many optimizer steps (default 10)."""
+        return self._tw_checkpoints.preemption_sync_steps
+
+    @preemption_sync_steps.setter
+    def preemption_sync_steps(self, value: int) -> None:
+        self._tw_checkpoints.preemption_sync_steps = value
+
+    # --------------------------------------------------------------------------------- hub (trainer.hub part)
+    def _tw_hub_part(self) -> TrainerHub:
+        if self._tw_hub is None:
+            from .hub import TrainerHub
+
+            self._tw_hub = TrainerHub(self)
+        return self._tw_hub
+
+    @property
+    def hub_model_id(self) -> str | None:
+        """The hub repository ``init_hf_repo`` created (None before)."""
+        return self._tw_hub.model_id if self._tw_hub is not None else None
+
+    @hub_model_id.setter
+    def hub_model_id(self, value: str | None) -> None:
+        self._tw_hub_part().model_id = value
+
+    @property
+    def push_in_progress(self) -> Any:
+        """The checkpoint pushes running in the background (``is_done()``, ``wait_until_done()``), or None."""
+        return self._tw_hub.push_in_progress if self._tw_hub is not None else None
+
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
+        """Create (or reuse) the hub repository ``args.hub_model_id`` (default: ``output_dir``'s name)."""
+        self._tw_hub_part().init_repo(token=token, private=private)
+
+    def create_model_card(self, language: str | None = None, license: str | None = None,
+                          tags: str | list[str] | None = None, model_name: str | None = None,
+                          finetuned_from: str | None = None, tasks: str | list[str] | None = None,
+                          dataset_tags: str | list[str] | None = None, dataset: str | list[str] | None = None,
+                          dataset_args: str | list[str] | None = None) -> None:
+        """Write ``output_dir/README.md``: metadata, the training hyper-parameters and the evaluation results."""
+        self._tw_hub_part().create_model_card(language=language, license=license, tags=tags, model_name=model_name,
+                                      finetuned_from=finetuned_from, tasks=tasks, dataset_tags=dataset_tags,
+                                      dataset=dataset, dataset_args=dataset_args)
+
+    def push_to_hub(self, commit_message: str | None = "End of training", blocking: bool = True,
+                    token: str | None = None, revision: str | None = None, private: bool | None = None,
+                    **kwargs: Any) -> Any:
+        """Save the model and upload ``output_dir`` (no checkpoints) with a model card to ``hub_model_id``.
+
+        Returns the ``CommitInfo`` (a future of it with ``blocking=False``); None on the other processes.
+        ``kwargs`` go to :meth:`create_model_card`.
+        """
+        return self._tw_hub_part().push_to_hub(commit_message=commit_message, blocking=blocking, token=token,
+                                       revision=revision, private=private, **kwargs)
+
+    def _push_from_checkpoint(self, checkpoint_folder: str | os.PathLike) -> None:
+        """After a checkpoint save: copy its model files to ``output_dir`` and push in the background."""
+        if self.args.push_to_hub:
+            self._tw_hub_part().push_from_checkpoint(checkpoint_folder)
+
+    def _finish_current_push(self) -> None:
+        """Wait for a running background push (end of training, before a final push)."""
+        if self._tw_hub is not None:
+            self._tw_hub.finish_current_push()
+
+    # ------------------------------------------------------------------------ upstream compatibility surface
+    @property
+    def accelerator(self) -> TrainerAccelerator:
+        """An object answering the ``accelerate.Accelerator`` calls user code makes (``gather``,
+        ``is_main_process``, ``unwrap_model``, ``wait_for_everyone``, ``backward``, ``device``...)."""
+        if self._tw_accelerator is None:
+            from .accelerator import TrainerAccelerator
+
+            self._tw_accelerator = TrainerAccelerator(self)
+        return self._tw_accelerator
+
+    @property
+    def deepspeed(self) -> Any:
+        """The DeepSpeed engine (``trainer.deepspeed.save_checkpoint(dir)``); None before training or without
+        ``deepspeed=``."""
+        return self.backend.engine
+
+    @property
+    def is_deepspeed_enabled(self) -> bool:
+        """True when ``args.deepspeed`` is set."""
+        return self.args.deepspeed is not None
+
+    @property
+    def is_fsdp_enabled(self) -> bool:
+        """True when ``args.fsdp`` is set."""
+        return bool(self.args.fsdp)
+
+    def get_num_trainable_parameters(self) -> int:
+        """Number of parameters with ``requires_grad``."""
+        from .compat import num_trainable_parameters
+
+        return num_trainable_parameters(self.model)
+
+    def get_learning_rates(self) -> list[float]:
+        """The learning rate of each parameter group of the optimizer."""
+        from .compat import learning_rates
+
+        return learning_rates(self.optimizer)
+
+    def get_optimizer_group(self, param: nn.Parameter | str | None = None) -> Any:
+        """The optimizer's parameter groups, or the group holding ``param``."""
+        from .compat import optimizer_group
+
+        return optimizer_group(self.optimizer, param)
+
+    def _apply_trial_params(self, trial: Any) -> None:
+        """``train(trial=<dict>)``: set each hyper-parameter on the arguments, as upstream does for Ray/W&B trials
+        (a validated copy; a name the Trainer reads only when it is built is refused with an error naming it)."""
+        from .compat import trial_arguments_from
+
+        args = trial_arguments_from(self.args, trial)
+        if args is not None:
+            self.args = args
+            self._tw_checkpoints = self._tw_checkpoints.renewed(args)
+            self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -140,3 +141,40 @@ def compile_model(model: nn.Module, args: Any) -> nn.Module:
     if getattr(args, "torch_compile_mode", None):
         kwargs["mode"] = args.torch_compile_mode
     return torch.compile(model, **kwargs)
+
+
+def flops_rule(model: Any) -> Callable[[Any], int]:
+    """How ``Trainer.floating_point_ops`` counts for ``model``, decided once per model: the model's own
+    ``floating_point_ops``, else 6 x its non-embedding parameters x the elements of its main input (transformers
+    models), else 6 x its parameters x the items of the batch's first tensor."""
+    own = getattr(model, "floating_point_ops", None)
+    if own is not None:
+        return own
+    counter = getattr(model, "num_parameters", None)
+    if callable(counter):  # transformers 5 models have no floating_point_ops; upstream counts these parameters
+        return functools.partial(_flops_by_main_input, getattr(model, "main_input_name", "input_ids"),
+                       6 * counter(exclude_embeddings=True))
+    return functools.partial(_flops_by_first_tensor, 6 * count_parameters(unwrap_model(model)))
+
+
+def _flops_by_main_input(main_input: str, six_params: int, inputs: Any) -> int:
+    if isinstance(inputs, Mapping) and main_input in inputs:
+        return six_params * inputs[main_input].numel()
+    return _flops_by_first_tensor(six_params, inputs)
+
+
+def _flops_by_first_tensor(six_params: int, inputs: Any) -> int:
+    """6 x parameters (``six_params``) x the tokens of ``input_ids``, else of the batch's first tensor (one item per
+    row for features)."""
+    if type(inputs) is dict or isinstance(inputs, Mapping):  # dict first: the ABC check is slow
+        main = inputs.get("input_ids")
+        if main is None:
+            for main in inputs.values():  # the first tensor
+                if isinstance(main, torch.Tensor):
+                    break
+            else:
+                return 0
+        if main.is_floating_point():  # features, not tokens: one item per row
+            return six_params * (main.shape[0] if main.dim() else 1)
+        return six_params * main.numel()
+    return 0

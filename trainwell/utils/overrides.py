@@ -17,7 +17,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-_CACHE_ATTR = "_override_signatures"
+_CACHE_ATTR = "_tw_override_signatures"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import logging
 import os
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -138,7 +138,7 @@ class DeepSpeedBackend:
         self.precision = precision
         self.ds_config = DeepSpeedConfig(args.deepspeed)  # the live config: is_deepspeed_zero3_enabled() sees it
         self.caps = Capabilities(handles_grad_accumulation=True, owns_precision=True,
-                                 sharded_state=self.ds_config.is_zero3())
+                                 sharded_state=self.ds_config.is_zero3(), fixed_micro_batch_size=True)
         self.deepspeed = import_deepspeed(device)
         ensure_process_group(device, getattr(args, "ddp_backend", None))
         self.engine: Any = None
@@ -150,6 +150,7 @@ class DeepSpeedBackend:
         self.resolved_config: dict[str, Any] | None = None
         # the dtype floating-point inputs are cast to (as upstream's _prepare_input); known once the engine is built
         self.input_dtype: torch.dtype | None = None
+        self.scaler: Any = None  # the engine scales fp16 losses itself (its optimizer's loss scaler)
         self._boundary = True
 
     # -- model ---------------------------------------------------------------------------------------------------
@@ -303,6 +304,11 @@ class DeepSpeedBackend:
         """``stage3_gather_16bit_weights_on_model_save`` (or its old name ``..._fp16_...``) is true."""
         return any(self.ds_config.is_true(f"zero_optimization.{key}") for key in (
             "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save"))
+
+    def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
+        """Never called: ``caps.async_checkpoint`` is False (the engine writes its checkpoint itself, with
+        collectives on the training group); None, as for a backend with nothing to snapshot."""
+        return None
 
     def save(self, folder: Path) -> None:
         """``engine.save_checkpoint``: ``global_step<N>/``, ``latest`` and ``zero_to_fp32.py`` in ``folder``."""

@@ -1,0 +1,90 @@
+"""The Trainer's DataLoaders: column removal, the collator, a seekable sampler sharded over ranks, seeded workers.
+
+Functions of the :class:`~trainwell.trainer.trainer.Trainer` facade (``get_train_dataloader``,
+``_get_train_sampler``, ``_get_eval_sampler`` and the evaluation loaders delegate here; loaded at the first loader,
+not by ``import trainwell``). The samplers are asked for through the Trainer's methods, so that an override of
+``_get_train_sampler`` / ``_get_eval_sampler`` (upstream names) is reached.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+import torch
+
+from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
+from ..data.loader import build_dataloader, has_length
+from ..utils.model_utils import unwrap_model
+from ..utils.overrides import call_override
+from ..utils.preflight import check_dataset
+from ..utils.trainer_utils import seed_worker
+
+# the Trainer facade (trainer.py), which imports this module: named here only in words, so that no import circle
+Trainer = Any
+
+logger = logging.getLogger("trainwell.trainer.trainer")
+
+
+def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
+    """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
+    if dataset is None:
+        raise ValueError(f"Trainer: this call requires a {description} dataset "
+                         f"(pass `{description}_dataset=` to the Trainer or to the method)")
+    name = description.removesuffix("_dataset")
+    check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
+    if has_length(dataset) and len(dataset) == 0:
+        raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
+    args, collator = trainer.args, trainer.data_collator
+    if args.remove_unused_columns:
+        columns = trainer._set_signature_columns_if_needed()
+        if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
+            dataset = remove_unused_columns_from_dataset(dataset, columns, description=description)
+        else:
+            collator = RemoveColumnsCollator(collator, columns, logger=logger,
+                                             model_name=type(unwrap_model(trainer.model)).__name__,
+                                             description=description)
+    sampler = None
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        if has_length(dataset) and args.dataloader_num_workers == 0:
+            from ..data.length_check import LengthCheckedIterable
+
+            dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
+    if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
+        # an override of the older _get_train_sampler(self) reads self.train_dataset itself
+        sampler = (call_override(trainer, "_get_train_sampler", dataset) if train
+                   else trainer._get_eval_sampler(dataset))
+    # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
+    # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
+    workers = args.dataloader_num_workers
+    worker_init = partial(seed_worker, num_workers=workers, rank=args.process_index) if train else None
+    return build_dataloader(
+        dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
+        drop_last=args.dataloader_drop_last, num_workers=workers,
+        pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
+        persistent_workers=args.dataloader_persistent_workers,
+        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+
+
+def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:
+    """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+    from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
+
+    seed = args.data_seed if args.data_seed is not None else args.seed
+    # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
+    common = dict(seed=seed, num_replicas=args.world_size, rank=args.process_index, shard_batch_size=batch_size)
+    if args.group_by_length:
+        lengths = infer_lengths(dataset, length_column_name=args.length_column_name)
+        return LengthGroupedSampler(lengths, batch_size * args.gradient_accumulation_steps, **common)
+    return ResumableSampler(len(dataset), shuffle=True, drop_last=args.dataloader_drop_last, **common)
+
+
+def eval_sampler(args: Any, dataset: Any) -> Any:
+    """Sequential order (each rank a contiguous share of every global batch when distributed)."""
+    if args.world_size <= 1:
+        return torch.utils.data.SequentialSampler(dataset)
+    from ..data.samplers import EvalShardSampler
+
+    return EvalShardSampler(len(dataset), batch_size=args.eval_batch_size, num_replicas=args.world_size,
+                            rank=args.process_index, drop_last=args.dataloader_drop_last)

@@ -1,0 +1,75 @@
+"""What the Trainer checks when it is built: its arguments, datasets, model and ``metric_for_best_model``.
+
+Functions of the :class:`~trainwell.trainer.trainer.Trainer` constructor, each given what it reads: everything
+knowable at construction that would otherwise fail after training started is refused here, with the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from torch import nn
+
+from ..utils.preflight import check_dataset, check_output_dir
+from ..utils.trainer_utils import SaveStrategy
+
+# What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
+METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
+                           "jit_compilation_time", "tokens_per_second")
+
+
+def check_args_object(args: Any) -> None:
+    """A clear ``TypeError`` for ``args`` given as a dict or a path instead of ``TrainingArguments``."""
+    if isinstance(args, Mapping):
+        raise TypeError("Trainer(args=...) got a dict; wrap it: `Trainer(args=TrainingArguments(**d))` "
+                        "(or build it with HfArgumentParser(TrainingArguments).parse_dict(d)[0]).")
+    if isinstance(args, (str, os.PathLike)):
+        raise TypeError(f"Trainer(args=...) got the path {os.fspath(args)!r}; pass "
+                        f"`args=TrainingArguments(output_dir={os.fspath(args)!r})`.")
+
+
+def check_before_training(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
+    """Everything knowable at construction that would otherwise fail after training started."""
+    check_dataset(train_dataset, "train")
+    for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
+        check_dataset(dataset, "eval")
+    if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
+        strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
+        raise ValueError(  # otherwise upstream's message and type, word for word
+            f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
+            "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
+    check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
+
+
+def check_metric_for_best_model(args: Any, compute_metrics: Any, *, custom_evaluation: bool) -> None:
+    """Refuse now a ``metric_for_best_model`` no evaluation can return (upstream fails at the first evaluation,
+    after a checkpoint was written). ``custom_evaluation``: the Trainer's class overrides ``evaluate`` or
+    ``evaluation_loop``, which may return any metric."""
+    name = args.metric_for_best_model
+    strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+    if not name or compute_metrics is not None or strategy == "no":
+        return
+    if custom_evaluation or name.removeprefix("eval_") in METRICS_WITHOUT_COMPUTE:
+        return
+    raise ValueError(
+        f"metric_for_best_model={name!r} cannot be computed: without compute_metrics an evaluation returns only "
+        f"eval_loss (and its speed). Pass compute_metrics=... returning {{{name.removeprefix('eval_')!r}: ...}}, "
+        "or set metric_for_best_model='loss' (the default with load_best_model_at_end).")
+
+
+def initial_model(model: nn.Module | None, model_init: Callable[..., nn.Module] | None,
+                  call_model_init: Callable[[], nn.Module]) -> nn.Module:
+    """The model passed in, or the one ``call_model_init()`` builds; a clear error for anything else."""
+    if model is None:
+        if model_init is None:
+            raise ValueError("Trainer needs either a `model` or a `model_init` function")
+        model = call_model_init()
+    elif model_init is not None:
+        warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
+                      "train() call and overrides `model`", UserWarning, stacklevel=2)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+    return model
