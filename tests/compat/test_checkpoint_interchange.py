@@ -65,7 +65,9 @@ class Net(nn.Module):
 IN_EPOCH = dict(dropout=0.2, samples=29, steps=dict(max_steps=6))
 # Across epochs, no dropout: 13 samples = 4 batches per epoch (last of 1), 2 epochs = 8 steps.
 ACROSS_EPOCHS = dict(dropout=0.0, samples=13, steps=dict(num_train_epochs=2))
-SETUPS = {"in_epoch_dropout": IN_EPOCH, "across_epochs": ACROSS_EPOCHS}
+# The default weight_decay 0: trainwell runs upstream's two equal parameter groups as one, saved as upstream's two.
+NO_WEIGHT_DECAY = dict(ACROSS_EPOCHS, weight_decay=0.0)
+SETUPS = {"in_epoch_dropout": IN_EPOCH, "across_epochs": ACROSS_EPOCHS, "no_weight_decay": NO_WEIGHT_DECAY}
 
 
 def train(lib: Any, out: Path, setup: dict, resume: Any = None, **overrides: Any) -> tuple[Any, Net]:
@@ -74,7 +76,8 @@ def train(lib: Any, out: Path, setup: dict, resume: Any = None, **overrides: Any
     model = Net(setup["dropout"])
     extra = {"report_to": "none", "use_cpu": True} if lib is transformers else {}
     kwargs = dict(output_dir=str(out), per_device_train_batch_size=4, learning_rate=0.05, save_steps=3,
-                  logging_steps=1, seed=7, disable_tqdm=True, warmup_steps=2, weight_decay=0.1,
+                  logging_steps=1, seed=7, disable_tqdm=True, warmup_steps=2,
+                  weight_decay=setup.get("weight_decay", 0.1),
                   **setup["steps"], **extra)
     kwargs.update(overrides)
     trainer = lib.Trainer(model=model, args=lib.TrainingArguments(**kwargs), train_dataset=NormalRows(setup["samples"]))

@@ -149,7 +149,9 @@ def freeze_contents(contents: "CheckpointContents", copier: HostCopier) -> "Chec
         if contents.optimizer is not None:
             states["optimizer"] = contents.optimizer.state_dict()
         if contents.scheduler is not None:
-            states["scheduler"] = contents.scheduler.state_dict()
+            from ..optim.group_layout import scheduler_state_dict
+
+            states["scheduler"] = scheduler_state_dict(contents.scheduler)
         for name, obj in contents.extra.items():
             states[f"extra:{name}"] = obj.state_dict()
     copied = copier.copy(states)

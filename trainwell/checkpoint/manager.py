@@ -69,6 +69,12 @@ class CheckpointContents:
     safe_serialization: bool = True
     model_state_dict: dict[str, "torch.Tensor"] | None = None
     max_shard_size: int | str = "5GB"
+    # The random states from before the training loader fetched the batch it holds ahead (trainwell.loops): saved
+    # in the RNG file under NEXT_BATCH_RNG_KEY, which upstream's reader ignores.
+    next_batch_rng: dict[str, Any] | None = None
+
+
+NEXT_BATCH_RNG_KEY = "trainwell_next_batch"
 
 
 def _torch_save(obj: Any, path: Path) -> None:
@@ -102,6 +108,12 @@ def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
     groups = saved.get("param_groups") if isinstance(saved, dict) else None
     if groups is None:
         raise CheckpointError(f"{path}: not an optimizer state dict (no 'param_groups')")
+    from ..optim.group_layout import GroupLayoutError, check_loadable
+
+    try:
+        check_loadable(optimizer, groups)
+    except GroupLayoutError as err:
+        raise CheckpointError(f"{path}: {err}") from err
     current = optimizer.state_dict()["param_groups"]
     saved_sizes = [len(g["params"]) for g in groups]
     current_sizes = [len(g["params"]) for g in current]
@@ -110,6 +122,16 @@ def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
             f"{path}: optimizer parameter groups have sizes {saved_sizes} in the checkpoint but {current_sizes} "
             "now; build the optimizer for the same model and parameter groups, or resume without the optimizer"
         )
+
+
+def _check_scheduler_state(path: Path, saved: Any, scheduler: Any) -> None:
+    """Raise before anything is applied when the saved schedule cannot fit ``scheduler`` (see ``_check_optimizer_state``)."""
+    from ..optim.group_layout import GroupLayoutError, check_scheduler_loadable
+
+    try:
+        check_scheduler_loadable(scheduler, saved)
+    except GroupLayoutError as err:
+        raise CheckpointError(f"{path}: {err}") from err
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -176,7 +198,10 @@ class CheckpointManager:
             if not contents.save_only_model:
                 from .rng import capture_rng_state
 
-                _torch_save(rng_state if rng_state is not None else capture_rng_state(), tmp / self.rng_file)
+                state = rng_state if rng_state is not None else capture_rng_state()
+                if contents.next_batch_rng is not None:
+                    state = {**state, NEXT_BATCH_RNG_KEY: contents.next_batch_rng}
+                _torch_save(state, tmp / self.rng_file)
 
         from .ranks import Ranks
         from .nodes import writes_here
@@ -202,10 +227,12 @@ class CheckpointManager:
         save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
                            max_shard_size=c.max_shard_size, state_dict=c.model_state_dict)
         if not c.save_only_model:
+            from ..optim.group_layout import scheduler_state_dict
+
             if c.optimizer is not None:
                 _torch_save(c.optimizer.state_dict(), folder / layout.OPTIMIZER_NAME)
             if c.scheduler is not None:
-                _torch_save(c.scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
+                _torch_save(scheduler_state_dict(c.scheduler), folder / layout.SCHEDULER_NAME)
             for name, obj in c.extra.items():
                 _torch_save(obj.state_dict(), folder / f"{name}.pt")
         if c.trainer_state is not None:
@@ -330,6 +357,7 @@ class CheckpointManager:
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():
             staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
+            _check_scheduler_state(folder / layout.SCHEDULER_NAME, staged["scheduler"], c.scheduler)
         for name in c.extra:
             path = folder / f"{name}.pt"
             if path.is_file():
@@ -357,7 +385,9 @@ class CheckpointManager:
             contents.optimizer.load_state_dict(staged["optimizer"])
             loaded.append("optimizer")
         if "scheduler" in staged:
-            contents.scheduler.load_state_dict(staged["scheduler"])
+            from ..optim.group_layout import load_scheduler_state_dict
+
+            load_scheduler_state_dict(contents.scheduler, staged["scheduler"])
             loaded.append("scheduler")
         for name, obj in contents.extra.items():
             if f"extra:{name}" in staged:
@@ -371,7 +401,8 @@ class CheckpointManager:
         path = staged["trainer_state_path"]
         trainer_state = load_trainer_state(path) if (load_trainer_state and path) else None
         return {"data_state": staged["data_state"], "trainer_state_path": path,
-                "trainer_state": trainer_state, "loaded": loaded}
+                "trainer_state": trainer_state, "loaded": loaded,
+                "next_batch_rng": staged["rng"].get(NEXT_BATCH_RNG_KEY) if "rng" in staged else None}
 
     def load_latest_valid(self, contents: CheckpointContents, *, load_optimizer: bool = True,
                           load_trainer_state: Callable[[str], Any] | None = None,

@@ -65,3 +65,26 @@ def build_dataloader(
     if sampler is not None and shuffle:
         raise ValueError("sampler and shuffle=True are mutually exclusive: shuffle inside the sampler instead.")
     return DataLoader(dataset, sampler=sampler, shuffle=shuffle, **kwargs)
+
+
+# Collators that draw no random numbers (trainwell's and transformers' of these names): a loader using one needs no
+# RNG snapshot before each look-ahead batch.
+_DETERMINISTIC_COLLATORS = frozenset({
+    "default_data_collator", "DefaultDataCollator", "DataCollatorWithPadding", "DataCollatorForSeq2Seq",
+    "DataCollatorForTokenClassification", "default_collate",
+})
+
+
+def collates_with_randomness(dataloader: Any) -> bool:
+    """Whether ``dataloader`` may draw from the main process's random streams when it collates a batch: no worker
+    processes, and a collator not known to be deterministic (``DataCollatorForLanguageModeling`` masks at random)."""
+    if getattr(dataloader, "num_workers", 0) > 0:
+        return False
+    collator = getattr(dataloader, "collate_fn", None)
+    collator = getattr(collator, "data_collator", collator)  # RemoveColumnsCollator wraps the user's collator
+    if collator is None:
+        return False
+    module = getattr(collator, "__module__", "") or ""
+    name = getattr(collator, "__name__", None) or type(collator).__name__
+    known = module.startswith(("trainwell.", "transformers.", "torch.utils.data"))
+    return not (known and name in _DETERMINISTIC_COLLATORS)

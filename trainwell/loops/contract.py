@@ -59,7 +59,10 @@ class TrainHooksTrainer(Protocol):
 
 
 class PreemptionCheck(Protocol):
-    """What the training loop asks the Trainer's checkpoint part after each optimizer step."""
+    """What the training loop asks the Trainer's checkpoint part: after each optimizer step, whether to stop; when a
+    run resumes, the random states the checkpoint kept for the batch its loader held ahead (None: none kept)."""
+
+    resumed_next_batch_rng: dict[str, Any] | None
 
     def stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """On a received SIGTERM/SIGINT: save a checkpoint, ask the loop to stop and return True."""

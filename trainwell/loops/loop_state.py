@@ -82,6 +82,10 @@ class LoopState:
     tokens_trained: int = 0  # input tokens this process trained on in this call (include_tokens_per_second)
     step_takes_num_items: bool = True  # training_step's signature has num_items_in_batch (read once per run)
     steps_at_start: int = 0  # the global step this call started (or resumed) at: the speed counts the steps run
+    # The random states from just before the loader fetched the batch it holds ahead (None: nothing held, or the
+    # collator draws nothing); a checkpoint saves them so that a resume collates that batch again from them.
+    next_batch_rng: dict[str, Any] | None = None
+    resumed_next_batch_rng: dict[str, Any] | None = None  # those of the checkpoint this run resumed
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,

@@ -13,6 +13,7 @@ and kept on the trainer as ``trainer._tw_loop`` for logging, checkpoints and the
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import torch
 
 from ..callbacks.events import QUIET_EVENT
-from ..data.loader import has_length
+from ..data.loader import collates_with_randomness, has_length
 from ..utils.overrides import accepts
 from ..utils.trainer_utils import TrainOutput
 from .loop_state import WINDOW_SETTLE_EVERY, DataPosition, LoopState, TrainPlan
@@ -104,9 +105,50 @@ def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip
         if seekable is not None and batch_sampler is not None:
             seekable.skip(skip_batches * batch_sampler.batch_size)
             return iter(dataloader)
-        from ..data.samplers import skip_first_batches
+        from ..checkpoint.rng import capture_rng_state, restore_rng_state
 
-        return iter(skip_first_batches(iter(dataloader), skip_batches))
+        # Read and dropped now, every random state kept: the uninterrupted run collated these batches before the
+        # checkpoint's states were saved.
+        states = capture_rng_state()
+        iterator = iter(dataloader)
+        for _ in itertools.islice(iterator, skip_batches):
+            pass
+        restore_rng_state(states)
+        return iterator
+
+
+def _one_batch_ahead(iterator: Iterator[Any], loop: LoopState, snapshot: bool,
+                     first_rng: dict[str, Any] | None = None) -> Iterator[Any]:
+    """``iterator``'s batches, each yielded once the next one was fetched, as accelerate's loader (upstream's) does:
+    a collator drawing from the global random streams (MLM masking) draws in upstream's order, interleaved one batch
+    ahead of the forward passes' draws (dropout).
+
+    ``snapshot``: keep in ``loop.next_batch_rng`` the random states from just before the pending batch was fetched,
+    which a checkpoint saves; ``first_rng``: those states from the checkpoint this run resumes (the first batch is
+    fetched from them, then the stream continues where the checkpoint left it).
+    """
+    if first_rng is not None:
+        from ..checkpoint.rng import capture_rng_state, restore_rng_state
+
+        resumed = capture_rng_state()
+        restore_rng_state(first_rng)
+        current = next(iterator, _END)
+        restore_rng_state(resumed)
+    else:
+        current = next(iterator, _END)
+    capture = None
+    if snapshot:
+        from ..checkpoint.rng import capture_rng_state as capture
+    while current is not _END:
+        if capture is not None:
+            loop.next_batch_rng = capture()
+        pending = next(iterator, _END)
+        yield current
+        current = pending
+    loop.next_batch_rng = None
+
+
+_END = object()
 
 
 def _micro_batch_runner(trainer: TrainLoopTrainer, loop: LoopState, model: Any,
@@ -238,6 +280,8 @@ def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainP
                            accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
                            world_size=args.world_size)
     trainer._tw_loop = loop
+    if resume_from is not None:
+        loop.resumed_next_batch_rng = trainer._tw_checkpoints.resumed_next_batch_rng
     loop.step_takes_num_items = _training_step_takes_num_items(trainer)
     loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs (resumed: from here)
     position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
@@ -269,10 +313,12 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
     update = _optimizer_updater(trainer, clip_norm, scheduler_per_step, engine_clips)
     log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, trainer._tw_checkpoints.stop_if_preempted
     plain_single = False
+    snapshot = collates_with_randomness(dataloader)  # a checkpoint then keeps the states the next batch needs
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):
         position.epoch, position.batches_in_epoch = epoch, skip
         iterator = _epoch_iterator(trainer, dataloader, epoch, skip)
+        iterator = _one_batch_ahead(iterator, loop, snapshot, loop.resumed_next_batch_rng if skip else None)
         skip = 0
         model.train()
         if args.past_index >= 0:

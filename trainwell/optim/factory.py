@@ -226,8 +226,12 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     return optimizer_cls, kwargs
 
 
-def create_optimizer(model: nn.Module, args: Any) -> Optimizer:
+def create_optimizer(model: nn.Module, args: Any, merge_equal_groups: bool = False) -> Optimizer:
     """Build the optimizer of ``args.optim`` over ``build_param_groups(model, args.weight_decay)``.
+
+    ``merge_equal_groups``: run upstream's groups as one torch group when their hyper-parameters are equal (see
+    :mod:`trainwell.optim.group_layout`; its state dicts keep upstream's groups). Only for optimizers whose state
+    dicts are torch's own (a backend that saves ``optimizer.pt``).
 
     Raises ``ValueError`` when the model has no parameter with ``requires_grad``. A fused AdamW that torch refuses
     for these parameters falls back to the non-fused one with a warning.
@@ -240,8 +244,13 @@ def create_optimizer(model: nn.Module, args: Any) -> Optimizer:
             f"the model {type(model).__name__} has no parameter with requires_grad=True, so there is nothing to "
             "optimize; unfreeze some parameters (param.requires_grad_(True)) before training."
         )
+    sizes = None
+    if merge_equal_groups and _has_torch_state_dict(optimizer_cls):
+        from .group_layout import merge_equal_groups as merge
+
+        groups, sizes = merge(groups)
     try:
-        return optimizer_cls(groups, **kwargs)
+        optimizer = optimizer_cls(groups, **kwargs)
     except RuntimeError as error:
         if not kwargs.get("fused"):
             raise
@@ -250,7 +259,19 @@ def create_optimizer(model: nn.Module, args: Any) -> Optimizer:
             stacklevel=2,
         )
         kwargs = {key: value for key, value in kwargs.items() if key != "fused"}
-        return optimizer_cls(groups, **kwargs)
+        optimizer = optimizer_cls(groups, **kwargs)
+    if sizes is not None:
+        from .group_layout import keep_logical_layout
+
+        keep_logical_layout(optimizer, sizes)
+    return optimizer
+
+
+def _has_torch_state_dict(optimizer_cls: Any) -> bool:
+    """Whether the class saves and loads through torch's own ``Optimizer`` state-dict methods (and so their hooks)."""
+    base = torch.optim.Optimizer
+    return (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, base)
+            and optimizer_cls.state_dict is base.state_dict and optimizer_cls.load_state_dict is base.load_state_dict)
 
 
 # --- Adafactor ----------------------------------------------------------------------------------------------------

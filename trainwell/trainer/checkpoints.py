@@ -85,14 +85,14 @@ class TrainerCheckpoints:
                                          trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
         self.last: Path | None = None  # the newest checkpoint the current train() call wrote
         self.resumed_from: Path | None = None  # the checkpoint the current train() call resumed from
+        self.resumed_next_batch_rng: dict[str, Any] | None = None  # its states for the batch held ahead (LoopState)
         # How the preemption warning tells the user to continue (the CLI prints its own command instead: None).
         self.preemption_hint: str | None = "continue with train(resume_from_checkpoint=True)"
         self.resume_with_fallback = False
         self.output_dir_lock: OutputDirLock | None = None
-        self.preempted = False
+        self.preempted, self.preemption_collective = False, False
         self.preempted_by: str | None = None  # the signal's name ("SIGTERM") when a signal stopped the run
         self.preemption: PreemptionGuard | None = None
-        self.preemption_collective = False
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
         self.async_saver: AsyncSaver | None = self._new_async_saver() if getattr(args, "async_save", False) else None
 
@@ -135,6 +135,7 @@ class TrainerCheckpoints:
             model=unwrap_model(trainer.model), optimizer=None if sharded else trainer.optimizer,
             scheduler=trainer.lr_scheduler, extra=dict(self.backend.state_dicts()), trainer_state=trainer.state,
             args=self.args, data_state=data_state, processing_class=trainer.processing_class,
+            next_batch_rng=loop.next_batch_rng if loop is not None else None,
             save_only_model=self.args.save_only_model, safe_serialization=self.args.save_safetensors,
             model_state_dict=None if not sharded else (self.backend.stream_state_dict(model_save=False) if stream
                                                          else self.backend.full_state_dict()))
@@ -281,6 +282,7 @@ class TrainerCheckpoints:
         else:
             result = self.manager.load_agreed(folder, contents, **options)
         logger.info("Resuming training from %s", folder)
+        self.resumed_next_batch_rng = result.get("next_batch_rng")
         self._adopt_state(result["trainer_state"], plan)
         return self._data_position(result["data_state"], folder, plan)
 

@@ -27,7 +27,9 @@ def learning_rates(optimizer: torch.optim.Optimizer | None) -> list[float]:
     if optimizer is None:
         raise ValueError("get_learning_rates: the optimizer is not built yet; call it after trainer.train() "
                          "has started (or after trainer.create_optimizer())")
-    return [group["lr"] for group in optimizer.param_groups]
+    from ..optim.group_layout import logical_param_groups  # upstream's groups, when equal ones run as one
+
+    return [group["lr"] for group in logical_param_groups(optimizer)]
 
 
 def optimizer_group(optimizer: torch.optim.Optimizer | None, param: nn.Parameter | str | None = None) -> Any:

@@ -237,7 +237,8 @@ class Trainer:
             else:
                 from ..optim.factory import create_optimizer as build_optimizer
 
-                self.optimizer = build_optimizer(model, self.args)
+                self.optimizer = build_optimizer(model, self.args,
+                                                 merge_equal_groups=self.backend.caps.merge_equal_param_groups)
         return self.optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:

@@ -24,9 +24,6 @@ if int(transformers.__version__.split(".")[0]) < 5:
 
 pytestmark = pytest.mark.slow
 LIBS = ("transformers", "trainwell")
-_RNG_PENDING = ("run_mlm still differs from the first logged loss after branch rng's merge (the masks drawn when "
-                "a batch is collated, or the random state then): issue 16 item 3, to look into")
-
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +63,7 @@ def test_exit_status_files_and_saved_model(case, runs):
     assert set(ours["weights"]) == set(upstream["weights"])
 
 
-@pytest.mark.parametrize("case", [
-    "glue", "ner", "qa", "swag",
-    pytest.param("mlm", marks=pytest.mark.xfail(strict=True, reason=_RNG_PENDING)),
-])
+@pytest.mark.parametrize("case", ["glue", "ner", "qa", "swag", "mlm"])
 def test_same_run_as_upstream(case, runs):
     """Log history step by step (loss, grad norm, eval metrics, epoch), the metrics files, the prediction files and
     the saved weights agree with transformers.Trainer's run."""

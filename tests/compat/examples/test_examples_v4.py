@@ -26,8 +26,6 @@ pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 GOLDEN_RUNS = {path.stem: json.loads(path.read_text()) for path in sorted(cases.GOLDENS.glob("*.json"))}
-_RNG_PENDING = ("run_mlm differs from 4.47 from the first logged loss (the masks drawn when a batch is collated, "
-                "or the random state then; as against 5.x: issue 16 item 3, to look into)")
 
 
 def test_every_case_has_a_golden():
@@ -72,10 +70,7 @@ def _compare(name: str, golden: dict, ours: dict) -> None:
     assert not diffs, f"{name}: trainwell differs from transformers 4.47 at:\n" + "\n".join(diffs[:30])
 
 
-@pytest.mark.parametrize("name", [
-    "glue", "ner", "clm", "qa", "swag",
-    pytest.param("mlm", marks=pytest.mark.xfail(strict=True, reason=_RNG_PENDING)),
-])
+@pytest.mark.parametrize("name", ["glue", "ner", "clm", "qa", "swag", "mlm"])
 def test_same_run_as_v4(name, trainwell_runs):
     """trainwell's run of the v4 command line equals 4.47's golden."""
     _compare(name, GOLDEN_RUNS[name]["result"], left(trainwell_runs[name], name.split("_")[0]))
