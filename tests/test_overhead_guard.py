@@ -23,11 +23,10 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Measured with torch 2.13 (CPU): hand loop 8164 bytecodes per step, trainwell 8539 (+4.6%; 8886, +8.8%, before this
-# stop, 9570, +17%, before issue 19). About 420 of them are torch's optimizer and schedule running a second parameter
-# group: the Trainer keeps upstream's two groups (decay / no decay) so that optimizer.pt interchanges with upstream's;
-# the hand loop has one.
-MAX_EXTRA_BYTECODES = 0.05
+# Measured with torch 2.13 (CPU): hand loop 8164 bytecodes per step, trainwell 8113 (-0.6%; 8539, +4.6%, while the
+# Trainer ran upstream's two equal parameter groups as two torch groups: about 420 bytecodes of torch's optimizer and
+# schedule; 9570, +17%, before issue 19). Equal groups now run as one (trainwell.optim.group_layout).
+MAX_EXTRA_BYTECODES = 0.02
 # Measured: 36 trainwell modules (49 before the loops, optimizer, schedules, collators and checkpoint files were loaded
 # where used; 66 before the integrations, checkpoint I/O and samplers were); 39 with TrainingArguments' two bases
 # (args/validate.py, args/runtime.py, split out of args/fields.py) and the one table of trackers (utils/tracker_table.py).
