@@ -65,7 +65,12 @@ def _function_name(fn: Any) -> str:
 
 
 def _prefix_keys(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
-    return {key if key.startswith(f"{prefix}_") else f"{prefix}_{key}": value for key, value in metrics.items()}
+    """``metrics`` with every key prefixed; the keys that had the prefix first, as upstream orders them (it moves each
+    renamed key to the end): ``eval_loss`` before ``eval_accuracy`` in the logs a user reads."""
+    start = f"{prefix}_"
+    out = {key: value for key, value in metrics.items() if key.startswith(start)}
+    out.update((f"{start}{key}", value) for key, value in metrics.items() if not key.startswith(start))
+    return out
 
 
 def _mark_last(iterable: Iterable[Any]) -> Iterator[tuple[Any, bool]]:
