@@ -1,5 +1,5 @@
 """What the tests share: tiny models (:mod:`helpers.models`), tiny datasets (:mod:`helpers.data`), snapshots of
-weights (:mod:`helpers.tensors`), shared callbacks (:mod:`helpers.callbacks`) and starting jobs in child processes (:mod:`helpers.launch`). The 2-rank job scripts
+weights (:mod:`helpers.tensors`), shared callbacks (:mod:`helpers.callbacks`), the optimizer factory's arguments (:mod:`helpers.optim_args`) and starting jobs in child processes (:mod:`helpers.launch`). The 2-rank job scripts
 of ``tests/distributed`` share theirs in ``tests/distributed/jobs.py`` (torchrun runs them with only their folder on
 ``sys.path``).
 

@@ -7,11 +7,11 @@ The ground truth is the two-group optimizer upstream builds: after the same step
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import pytest
 import torch
 from helpers.data import regression_data
+from helpers.optim_args import OptimizerArgs
 from helpers.models import RegressionModel
 from torch import nn
 
@@ -26,17 +26,6 @@ from trainwell.optim.group_layout import (
     scheduler_state_dict,
 )
 from trainwell.optim.schedules import get_scheduler
-
-
-@dataclass
-class Args:
-    optim: str = "adamw_torch"
-    learning_rate: float = 1e-2
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    optim_args: str | None = None
 
 
 class Mixed(nn.Module):
@@ -67,7 +56,7 @@ def _pair(weight_decay: float = 0.0) -> tuple:
     out = []
     for merge in (True, False):
         model = Mixed()
-        optimizer = create_optimizer(model, Args(weight_decay=weight_decay), merge_equal_groups=merge)
+        optimizer = create_optimizer(model, OptimizerArgs(learning_rate=1e-2, weight_decay=weight_decay), merge_equal_groups=merge)
         scheduler = get_scheduler("linear", optimizer, num_warmup_steps=2, num_training_steps=10)
         out.append((model, optimizer, scheduler))
     return out

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 import warnings
-from dataclasses import dataclass
 
 import pytest
 import torch
 from torch import nn
 
+from helpers.optim_args import OptimizerArgs
 from trainwell.optim.factory import (
     SUPPORTED_OPTIMIZERS,
     Adafactor,
@@ -22,17 +22,7 @@ from trainwell.optim.factory import (
 from trainwell.trainer_utils import OptimizerNames
 
 
-@dataclass
-class Args:
-    """A stand-in for TrainingArguments with the fields the optimizer factory reads (upstream defaults)."""
-
-    optim: str = "adamw_torch"
-    learning_rate: float = 5e-5
-    weight_decay: float = 0.0
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_epsilon: float = 1e-8
-    optim_args: str | None = None
+Args = OptimizerArgs
 
 
 class MyRMSNorm(nn.Module):
