@@ -3,6 +3,7 @@ datasets of :mod:`helpers` as the ``tiny`` fixture, and an arguments factory (al
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
@@ -25,18 +26,44 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None:
         config.option.basetemp = tempfile.mkdtemp(prefix="pytest-trainwell-")
         config.stash[_OWN_BASETEMP] = config.option.basetemp
+    config.stash[_HOME_BEFORE] = _private_home(Path(config.option.basetemp) / "home")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the base temp folder :func:`pytest_configure` made."""
+    """Put back the home variables and remove the base temp folder :func:`pytest_configure` made."""
+    import os
     import shutil
 
+    for name, value in config.stash.get(_HOME_BEFORE, {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     folder = config.stash.get(_OWN_BASETEMP, None)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
+_HOME_BEFORE = pytest.StashKey[dict]()
+#: Variables that name a home or cache folder the libraries under test write into (HF datasets' and hub's caches,
+#: wandb's and xet's logs, ~/.ray/auth_token, ~/.keras/keras.json, matplotlib's font cache...). All point under the
+#: session's base temp folder, set before collection imports those libraries (several read them at import).
+_HOME_VARIABLES = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "HF_HOME", "HF_DATASETS_CACHE",
+                   "WANDB_DIR", "WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "KERAS_HOME", "MPLCONFIGDIR",
+                   "TRITON_CACHE_DIR", "PIP_CACHE_DIR")
+
+
+def _private_home(home: Path) -> dict[str, str | None]:
+    """Point every home and cache variable of :data:`_HOME_VARIABLES` under ``home``; returns the values before."""
+    import os
+
+    before = {name: os.environ.get(name) for name in _HOME_VARIABLES}
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["HOME"] = str(home)
+    for name in _HOME_VARIABLES[1:]:
+        os.environ[name] = str(home / name.lower())
+    return before
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -8,6 +8,9 @@
   the command of this checkout (with TRAINWELL_DEBUG=1, so a failure shows its traceback), and ``trainwell train`` gets small step counts appended (``TRAIN_STEPS``), which
   override the block's own, so the whole file stays quick.
 * ``yaml`` blocks that are recipes must name factories that exist in ``examples/``.
+* A block that another test runs as written (the README's first block: a fresh virtual environment, the installed
+  ``trainwell`` executable) is marked ``<!-- run-by: tests/FILE.py (how) -->``; :func:`test_run_by_blocks_are_run`
+  checks that the file exists and reads the block from the document.
 * A block that cannot run here (8 GPUs, SLURM, installing packages) is marked ``<!-- not-run: why -->`` just before
   it; those are skipped and listed by :func:`test_not_run_blocks_are_listed`.
 """
@@ -30,7 +33,7 @@ LANGUAGES = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "
 #: Appended to every ``trainwell train`` of a bash block (argparse keeps the last value of a repeated flag).
 TRAIN_STEPS = ["--max_steps", "2", "--eval_steps", "2", "--save_steps", "2", "--logging_steps", "1",
                "--per_device_eval_batch_size", "64"]
-_MARKER = re.compile(r"<!--\s*(not-run|run-with)\s*:\s*(.*?)\s*-->", re.S)
+_MARKER = re.compile(r"<!--\s*(not-run|run-with|run-by)\s*:\s*(.*?)\s*-->", re.S)
 
 
 @dataclass
@@ -193,6 +196,16 @@ def test_not_run_blocks_are_listed(capsys):
     assert not unknown, f"run-with names an unknown context: {unknown}"
 
 
+def test_run_by_blocks_are_run():
+    """A ``run-by`` block names a test file that reads it from its document (so the two cannot drift apart)."""
+    run_by = [b for b in ALL_BLOCKS if b.marker and b.marker[0] == "run-by"]
+    assert run_by, "the README's first block is run by tests/test_installed_package.py"
+    for block in run_by:
+        test_file = REPO / block.marker[1].split()[0]
+        assert test_file.is_file(), f"{block.id}: run-by names {test_file}, which does not exist"
+        assert block.document.name in test_file.read_text(), f"{test_file} does not read {block.document.name}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_document_blocks_run(document, tmp_path, monkeypatch):
@@ -201,7 +214,7 @@ def test_document_blocks_run(document, tmp_path, monkeypatch):
     previous: dict = {}
     ran = 0
     for block in (b for b in ALL_BLOCKS if b.document == document):
-        if block.marker and block.marker[0] == "not-run":
+        if block.marker and block.marker[0] in ("not-run", "run-by"):
             continue
         if block.language == "python":
             name = block.marker[1] if block.marker and block.marker[0] == "run-with" else None

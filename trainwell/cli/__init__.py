@@ -1,12 +1,6 @@
 """The ``trainwell`` command: the entry point and the train command (main.py), argument helpers (arguments.py),
-the other commands (commands/) and the built-in recipes (recipes/)."""
+the other commands (commands/) and the built-in recipes (recipes/).
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    """The names of the former module ``trainwell.cli`` resolve from :mod:`.main`."""
-    return getattr(importlib.import_module(".main", __name__), name)
+The console script is ``trainwell.cli.main:main``: this package defines no ``main`` of its own, because the
+submodule ``main`` is bound on the package as soon as it is imported and would shadow any function of that name.
+"""

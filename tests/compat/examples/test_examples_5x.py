@@ -71,26 +71,55 @@ def test_same_run_as_upstream(case, runs):
     _compare(case, left(done["transformers"], case), left(done["trainwell"], case))
 
 
-def test_clm_loss_is_the_token_mean_where_upstream_scales_it(runs):
+def _true_token_mean(run_dir, world) -> float:
+    """The ground truth of run_clm's eval_loss for the model saved in ``run_dir``: the validation text cut into the
+    script's 16-token blocks (as ``lm_data.load_blocks`` does), the model's own causal-LM loss of each block (the mean
+    over its 15 shifted predictions), averaged over the blocks (each has 15, so this is the token mean). Computed the
+    same way for both libraries' models, with no Trainer involved."""
+    import torch
+    from datasets import load_dataset
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    tokenizer = AutoTokenizer.from_pretrained(str(run_dir))
+    model = GPT2LMHeadModel.from_pretrained(str(run_dir)).eval()
+    lines = load_dataset("text", data_files={"validation": str(world / "lm_validation.txt")})["validation"]["text"]
+    encoded = tokenizer(list(lines))  # input_ids, and token_type_ids / attention_mask as the script feeds them
+    columns = {k: [t for row in v for t in row] for k, v in encoded.items()}
+    count = len(columns["input_ids"]) // 16 * 16
+    blocks = [{k: torch.tensor([v[i:i + 16]]) for k, v in columns.items()} for i in range(0, count, 16)]
+    with torch.no_grad():
+        losses = [model(**b, labels=b["input_ids"]).loss.double() for b in blocks]
+    return float(torch.stack(losses).mean())
+
+
+def test_clm_loss_is_the_token_mean_where_upstream_scales_it(runs, world):
     """run_clm: every block has 16 labelled tokens, so the causal LM's loss averages 15 shifted predictions.
     transformers 5.x divides the summed loss by the unshifted count (16): its logged loss, eval_loss and grad norm
-    are 15/16 of the true mean's (e.g. the first logged loss 5.445 for 5.808). trainwell logs the model's own
-    mean: everything else (the curve's shape, Adam's update, the weights, the accuracy) agrees."""
+    are 15/16 of the true mean's (e.g. the first logged loss 5.445 for 5.808). trainwell logs the model's own mean.
+
+    Asserted against the ground truth, the token mean computed by hand for each library's own final model, not by
+    comparing the two runs' weights: Adam is not blind to upstream's 15/16 where a gradient is near its eps, so the
+    two runs' weights part by an amount that depends on the CPU's floating point. Before the first update both
+    runs share the model: there the logged losses differ by exactly 15/16."""
     done = runs("clm")
     upstream, ours = left(done["transformers"], "clm"), left(done["trainwell"], "clm")
     scale = 15 / 16
+    first_up, first_tw = (next(e for e in rec["log_history"] if "loss" in e) for rec in (upstream, ours))
+    assert first_up["step"] == first_tw["step"]
+    if first_up["step"] == 1:  # logged before any update: the same model, so exactly the scale
+        assert first_up["loss"] == pytest.approx(first_tw["loss"] * scale, rel=1e-5)
+    truth = {lib: _true_token_mean(done[lib]["out"], world) for lib in LIBS}
+    assert ours["eval_results.json"]["eval_loss"] == pytest.approx(truth["trainwell"], rel=1e-5)
+    assert upstream["eval_results.json"]["eval_loss"] == pytest.approx(truth["transformers"] * scale, rel=1e-5)
+    assert upstream["eval_results.json"]["eval_loss"] != pytest.approx(truth["transformers"], rel=1e-3)
+    # the same training otherwise: the curves' shape and the runs' end agree to the scale, loosely
     for up, tw in zip(upstream["log_history"], ours["log_history"]):
-        for key in ("loss", "grad_norm", "eval_loss", "train_loss"):
+        assert up["step"] == tw["step"] and up.get("epoch") == tw.get("epoch")
+        for key in ("loss", "eval_loss", "train_loss"):
             if key in up:
-                assert up[key] == pytest.approx(tw[key] * scale, rel=1e-4), (key, up, tw)
-    for key in ("eval_loss", "train_loss"):
-        assert upstream["all_results.json"][key] == pytest.approx(ours["all_results.json"][key] * scale, rel=1e-4)
-    scaled = ("loss", "grad_norm", "eval_loss", "train_loss", "perplexity", "learning_rate")
-    up, tw = without(upstream, *scaled), without(ours, *scaled)
-    diffs = cases.close(up.pop("predictions"), tw.pop("predictions")) + cases.close(
-        {k: v for k, v in up.items() if k != "weights"}, {k: v for k, v in tw.items() if k != "weights"})
-    assert not diffs, diffs[:20]
-    assert not same_weights(upstream["weights"], ours["weights"], "clm")
+                assert up[key] == pytest.approx(tw[key] * scale, rel=1e-2), (key, up, tw)
+    assert truth["transformers"] == pytest.approx(truth["trainwell"], rel=1e-2)
+    assert ours["files"] == upstream["files"] and ours["checkpoints"] == upstream["checkpoints"]
 
 
 # Seq2SeqTrainer's evaluation, where transformers 5.x is wrong (test_summarization_evaluation_is_the_ground_truth).

@@ -70,8 +70,22 @@ def _finish_default(components: Components, trainer: Any) -> list[tuple[str, str
     return [(f"sample (after {SAMPLE_PROMPT!r})", SAMPLE_PROMPT + sample + "\n")]
 
 
+#: Environment variable that lowers (or raises) the built-in recipe's default ``max_steps`` without a flag, so the
+#: README's commands can run as written in a quick check; ``--max_steps`` still wins over it.
+MAX_STEPS_ENV = "TRAINWELL_RECIPE_MAX_STEPS"
+
+
 def default_recipe() -> Recipe:
     """The built-in recipe: a 2-layer character transformer on the standard library's docstrings."""
+    import os
+
+    args = dict(DEFAULT_RECIPE_ARGS)
+    wanted = os.environ.get(MAX_STEPS_ENV, "").strip()
+    if wanted:
+        if not wanted.isdigit() or int(wanted) < 1:
+            raise RecipeError(f"{MAX_STEPS_ENV}={wanted!r}: expected a positive whole number of steps, "
+                              f"or unset it to train the recipe's {DEFAULT_RECIPE_ARGS['max_steps']} steps")
+        args["max_steps"] = int(wanted)
     return Recipe(name="built-in: char-level transformer on Python stdlib docstrings",
-                  args=dict(DEFAULT_RECIPE_ARGS), build=_build_default, finish=_finish_default,
+                  args=args, build=_build_default, finish=_finish_default,
                   language_model=True, num_threads=1)
