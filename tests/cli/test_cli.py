@@ -93,9 +93,9 @@ def test_add_subcommand_dispatches(capsys):
         main(["--help"])
         assert "echo-test" in capsys.readouterr().out
     finally:
-        from trainwell import cli
+        from trainwell.cli import main as cli_main
 
-        cli._SUBCOMMANDS.pop("echo-test")
+        cli_main._SUBCOMMANDS.pop("echo-test")
 
 
 def test_default_recipe_tiny_run(tmp_path, capsys):
