@@ -6,6 +6,7 @@ knowable at construction that would otherwise fail after training started is ref
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -15,6 +16,8 @@ from torch import nn
 
 from ..utils.preflight import check_dataset, check_output_dir
 from ..utils.trainer_utils import SaveStrategy
+
+logger = logging.getLogger("trainwell.trainer")
 
 # What an evaluation returns without compute_metrics (the loss and the speed/memory figures).
 METRICS_WITHOUT_COMPUTE = ("loss", "runtime", "samples_per_second", "steps_per_second", "model_preparation_time",
@@ -34,14 +37,44 @@ def check_args_object(args: Any) -> None:
 def check_before_training(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
     """Everything knowable at construction that would otherwise fail after training started."""
     check_dataset(train_dataset, "train")
-    for dataset in (eval_dataset.values() if isinstance(eval_dataset, dict) else [eval_dataset]):
+    named = eval_dataset.items() if isinstance(eval_dataset, dict) else [(None, eval_dataset)]
+    for name, dataset in named:
         check_dataset(dataset, "eval")
+        _refuse_empty_eval_dataset(dataset, name)
+    _warn_if_evaluation_never_runs(args, eval_dataset)
     if args.eval_strategy is not None and args.eval_strategy != "no" and eval_dataset is None:
         strategy = getattr(args.eval_strategy, "value", args.eval_strategy)  # upstream prints the enum's repr
         raise ValueError(  # otherwise upstream's message and type, word for word
             f"You have set `args.eval_strategy` to {strategy} but you didn't pass an `eval_dataset` to `Trainer`. "
             "Either set `args.eval_strategy` to `no` or pass an `eval_dataset`. ")
     check_output_dir(args.output_dir, writing=args.save_strategy != SaveStrategy.NO and args.should_save)
+
+
+def _refuse_empty_eval_dataset(dataset: Any, name: str | None) -> None:
+    """An evaluation dataset with no item would be refused at the first evaluation, after training steps."""
+    if dataset is None:
+        return
+    try:
+        size = len(dataset)
+    except TypeError:  # an IterableDataset has no length: its emptiness shows only when it is read
+        return
+    if size == 0:
+        label = f"eval_dataset[{name!r}]" if name is not None else "eval_dataset"
+        raise ValueError(f"{label} is empty (0 items): an evaluation would have nothing to average. Pass a dataset "
+                         "with at least one item, or leave eval_dataset out (and eval_strategy='no').")
+
+
+def _warn_if_evaluation_never_runs(args: Any, eval_dataset: Any) -> None:
+    """``eval_steps`` or an ``eval_dataset`` with ``eval_strategy="no"``: nothing evaluates while training."""
+    strategy = getattr(args.eval_strategy, "value", args.eval_strategy)
+    if strategy not in (None, "no"):
+        return
+    given = [what for what, set_ in (("eval_steps", args.eval_steps is not None),
+                                     ("eval_dataset", eval_dataset is not None)) if set_]
+    if given:
+        logger.warning("%s given but eval_strategy is 'no': no evaluation runs while training (trainer.evaluate() "
+                       "still evaluates on request). Set eval_strategy='steps' (every eval_steps) or 'epoch' to "
+                       "evaluate during training.", " and ".join(given))
 
 
 def check_metric_for_best_model(args: Any, compute_metrics: Any, *, custom_evaluation: bool) -> None:
@@ -70,6 +103,9 @@ def initial_model(model: nn.Module | None, model_init: Callable[..., nn.Module] 
     elif model_init is not None:
         warnings.warn("Trainer got both `model` and `model_init`; `model_init` re-creates the model at each "
                       "train() call and overrides `model`", UserWarning, stacklevel=2)
+    if isinstance(model, type) and issubclass(model, nn.Module):
+        raise TypeError(f"`model` is the class {model.__name__}, not a model: pass an instance, "
+                        f"Trainer(model={model.__name__}(...)) (or model_init={model.__name__} to build it per run)")
     if not isinstance(model, nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
     return model

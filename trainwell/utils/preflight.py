@@ -132,6 +132,12 @@ def check_dataset(dataset: Any, description: str) -> None:
         return
     if description != "train" and isinstance(dataset, dict):
         return  # a dict of evaluation datasets, each checked on its own
+    if isinstance(dataset, dict) and dataset and all(hasattr(v, "__getitem__") and hasattr(v, "__len__")
+                                                     and not isinstance(v, (str, bytes)) and hasattr(v, "column_names")
+                                                     for v in dataset.values()):
+        splits = list(dataset)
+        raise TypeError(f"{name} is a {type(dataset).__name__} of the splits {splits}; pick one: "
+                        f"{name}=ds[{splits[0]!r}] (and eval_dataset=ds[{splits[-1]!r}] for evaluation).")
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(
             f"{name} is a {type(dataset).__name__}, which is neither a map-style dataset (__getitem__ and __len__) "
