@@ -61,6 +61,8 @@ _EXPORTS: dict[str, str] = {
     # DeepSpeed outside the Trainer (seed 001's non-Trainer integration)
     "HfDeepSpeedConfig": "backends.deepspeed.config",
     "is_deepspeed_zero3_enabled": "backends.deepspeed.config",
+    # libraries built on transformers.Trainer (TRL, sentence-transformers, setfit) run on trainwell
+    "patch_transformers": "compat.patch",
 }
 
 _lazy_getattr, _lazy_dir = lazy_exports(__name__, _EXPORTS)

@@ -27,6 +27,7 @@ from .runtime import RuntimeProperties
 from .validate import (  # noqa: F401  (DebugOption, _RENAMED, REPORT_TO_INTEGRATIONS: imported from here too)
     DDP_BACKENDS,
     INCLUDE_FOR_METRICS,
+    _DICT_FIELDS,
     REPORT_TO_INTEGRATIONS,
     TORCH_COMPILE_MODES,
     _RENAMED,
@@ -123,7 +124,7 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
                                                 choices=[m.value for m in SchedulerType])
     lr_scheduler_kwargs: dict | str | None = _f(help="Extra scheduler arguments (dict or JSON string).",
                                                 factory=dict)
-    warmup_ratio: float = _f(0.0, "Fraction of the total steps used for a linear warmup.")
+    warmup_ratio: float | None = _f(0.0, "Fraction of the total steps used for a linear warmup.")
     warmup_steps: float = _f(0, "Steps of linear warmup (or a ratio in (0, 1) of the run); overrides "
                                 "warmup_ratio.")
     # --- logging
@@ -258,12 +259,16 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     average_tokens_across_devices: bool | None = _f(False, "Average token counts across devices.")
 
 
+    #: Fields that accept a JSON object string (parsed into a dict by ``__post_init__``), as upstream's class
+    #: attribute of the same name: configs built on these arguments (TRL's, sentence-transformers') extend it.
+    _VALID_DICT_FIELDS = list(_DICT_FIELDS)
+
     def get_warmup_steps(self, num_training_steps: int) -> int:
         """Warmup steps: ``warmup_steps`` if >= 1, ``ceil(warmup_steps * num_training_steps)`` for a ratio in
-        (0, 1), else ``ceil(warmup_ratio * num_training_steps)``."""
+        (0, 1), else ``ceil(warmup_ratio * num_training_steps)`` (``warmup_ratio=None``: no warmup)."""
         if self.warmup_steps >= 1:
             return int(self.warmup_steps)
-        ratio = self.warmup_steps if self.warmup_steps > 0 else self.warmup_ratio
+        ratio = self.warmup_steps if self.warmup_steps > 0 else (self.warmup_ratio or 0)
         return math.ceil(num_training_steps * ratio)
 
     # ------------------------------------------------------------------ serialisation

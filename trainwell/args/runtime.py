@@ -86,6 +86,23 @@ class RuntimeProperties:
         return max(self._runtime()[0].local_rank, 0)
 
     @property
+    def distributed_state(self) -> DistributedState:
+        """Where this process stands, under the names of accelerate's ``PartialState`` (upstream's attribute of the
+        same name): ``distributed_type``, ``num_processes``, ``process_index``, ``device``..."""
+        return DistributedState(self)
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """None without ``deepspeed``; else an object with accelerate's ``DeepSpeedPlugin`` attributes that
+        libraries read: ``deepspeed_config`` (the config dict), ``zero_stage`` and ``hf_ds_config``."""
+        config = self.__dict__.get("hf_deepspeed_config")
+        if self.deepspeed is None or config is None:
+            return None
+        from types import SimpleNamespace
+
+        return SimpleNamespace(deepspeed_config=config.config, zero_stage=config.zero_stage, hf_ds_config=config)
+
+    @property
     def train_batch_size(self) -> int:
         """Samples per forward pass of this process (per-device size times the DataParallel GPUs)."""
         return self.per_device_train_batch_size * max(1, self.n_gpu)
@@ -145,3 +162,68 @@ class RuntimeProperties:
         """
         level = trainer_log_levels[self.log_level if self.should_log else self.log_level_replica]
         return passive_level() if level == -1 else level
+
+
+#: accelerate's ``DistributedType`` values (a str enum there, so these compare equal to its members)
+NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP = "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP"
+
+
+class DistributedState:
+    """accelerate's ``PartialState`` answers for a ``TrainingArguments`` (``args.distributed_state``), read from
+    the same lazily resolved launch as the arguments' own properties; it holds nothing of its own."""
+
+    def __init__(self, args: Any) -> None:
+        self._args = args
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process."""
+        return self._args.device
+
+    @property
+    def num_processes(self) -> int:
+        """Processes training together."""
+        return self._args.world_size
+
+    @property
+    def process_index(self) -> int:
+        """Global rank of this process."""
+        return self._args.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """Rank of this process on its node."""
+        return self._args.local_process_index
+
+    @property
+    def is_main_process(self) -> bool:
+        """True on the first process of the job."""
+        return self.process_index == 0
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """True on the first process of each node."""
+        return self.local_process_index == 0
+
+    @property
+    def use_distributed(self) -> bool:
+        """True when several processes train together."""
+        return self.num_processes > 1
+
+    @property
+    def distributed_type(self) -> str:
+        """``"DEEPSPEED"``, ``"FSDP"``, ``"MULTI_GPU"``, ``"MULTI_CPU"`` or ``"NO"`` (accelerate's names)."""
+        args = self._args
+        if args.deepspeed is not None:
+            return DEEPSPEED
+        if args.fsdp:
+            return FSDP
+        if self.num_processes > 1:
+            return MULTI_GPU if self.device.type == "cuda" else MULTI_CPU
+        return MULTI_GPU if args.n_gpu > 1 else NO
+
+    def wait_for_everyone(self) -> None:
+        """A barrier across all processes (nothing in one process)."""
+        from ..runtime.distributed import barrier
+
+        barrier()

@@ -222,12 +222,21 @@ class ArgumentValidation:
                     raise ValueError(f"{f.name}={value!r} is not valid; choose one of {list(choices)}.")
 
     def _parse_dict_fields(self) -> None:
-        for name in _DICT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, str):
-                loaded = _load_json(name, value)
-                # a DeepSpeed config file stays a path: the backend reads it (and may rewrite "auto" values)
-                setattr(self, name, value if name == "deepspeed" and not value.strip().startswith("{") else loaded)
+        """JSON strings of the dict fields -> dicts. ``_VALID_DICT_FIELDS`` (upstream's class attribute, which the
+        configs of TRL and sentence-transformers extend with their own dict fields) names them; a subclass's own
+        field is parsed only when its string is a JSON object (``{...}``), as upstream does, since it may also
+        accept a plain string (sentence-transformers' ``prompts``)."""
+        for name in dict.fromkeys([*_DICT_FIELDS, *type(self)._VALID_DICT_FIELDS]):
+            value = getattr(self, name, None)
+            if not isinstance(value, str):
+                continue
+            if name not in _DICT_FIELDS:
+                if value.strip().startswith("{"):
+                    setattr(self, name, _load_json(name, value))
+                continue
+            loaded = _load_json(name, value)
+            # a DeepSpeed config file stays a path: the backend reads it (and may rewrite "auto" values)
+            setattr(self, name, value if name == "deepspeed" and not value.strip().startswith("{") else loaded)
         if self.lr_scheduler_kwargs is None:
             self.lr_scheduler_kwargs = {}
 
@@ -243,7 +252,8 @@ class ArgumentValidation:
             (not 0 <= self.adam_beta1 < 1, "adam_beta1 must lie in [0, 1)"),
             (not 0 <= self.adam_beta2 < 1, "adam_beta2 must lie in [0, 1)"),
             (self.warmup_steps < 0, "warmup_steps must be >= 0 (0: use warmup_ratio)"),
-            (not 0 <= self.warmup_ratio <= 1, "warmup_ratio must lie in [0, 1]"),
+            # None: unset (sentence-transformers' default on transformers 5, which dropped the field)
+            (not 0 <= (self.warmup_ratio or 0) <= 1, "warmup_ratio must lie in [0, 1]"),
             (self.max_steps == 0, "max_steps must be > 0, or -1 to train for num_train_epochs"),
             (self.num_train_epochs < 0, "num_train_epochs must be >= 0"),
             (not math.isfinite(self.num_train_epochs) and self.max_steps <= 0,
@@ -264,7 +274,7 @@ class ArgumentValidation:
             if failed:  # each message starts with the name of the field it checks
                 name = message.split(" ", 1)[0]
                 raise ValueError(f"{message}; got {name}={getattr(self, name)!r}.")
-        if self.warmup_steps > 0 and self.warmup_ratio > 0:
+        if self.warmup_steps > 0 and (self.warmup_ratio or 0) > 0:
             logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
 
     def _resolve_step_intervals(self) -> None:
@@ -467,9 +477,12 @@ class ArgumentValidation:
                  "use_seedable_sampler": True, "non_blocking": False,
                  "gradient_accumulation_kwargs": None, "use_configured_state": False}
         for key, value in config.items():
-            if key in ("gradient_accumulation_kwargs", "non_blocking"):
+            if key in ("gradient_accumulation_kwargs", "non_blocking", "use_configured_state"):
                 # trainwell accumulates over gradient_accumulation_steps itself, and always copies batches with
-                # non_blocking=True (on the compute stream, so it is safe either way)
+                # non_blocking=True (on the compute stream, so it is safe either way); use_configured_state=True
+                # (sentence-transformers sets it) asks to reuse the process state configured before the
+                # arguments: trainwell always reads the one state of the launch (runtime/distributed.py) lazily
+                # and never resets it, so both values behave the same
                 continue
             if key not in fixed:
                 raise ValueError(f"accelerator_config has an unknown key {key!r}; known keys are {sorted(fixed)}.")

@@ -512,6 +512,12 @@ def _run_generate(argv: list[str]) -> int:
     return run(argv)
 
 
+def _run_script(argv: list[str]) -> int:
+    from .commands.run import run
+
+    return run(argv)
+
+
 add_subcommand("zero-to-fp32", "consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file",
                _run_zero_to_fp32)
 add_subcommand("estimate-memory", "ZeRO-2/3 memory needs: --params N [--gpus G --nodes K]", _run_estimate_memory)
@@ -524,3 +530,5 @@ add_subcommand("env", "print the versions and devices to paste into a bug report
 
 if __name__ == "__main__":
     sys.exit(main())
+add_subcommand("run", "run an unmodified transformers/TRL/sentence-transformers/setfit script on trainwell: "
+               "run SCRIPT [ARGS...]", _run_script)

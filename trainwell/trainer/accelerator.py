@@ -16,13 +16,11 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from ..args.runtime import DEEPSPEED, FSDP, MULTI_CPU, MULTI_GPU, NO  # noqa: F401  (accelerate's names, from here too)
 from ..runtime.distributed import all_gather_object, barrier, is_dist
 from ..loops.gather import gather_across_ranks
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
-
-#: accelerate's ``DistributedType`` values (a str enum there, so these compare equal to its members)
-NO, MULTI_CPU, MULTI_GPU, DEEPSPEED, FSDP = "NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP"
 
 
 class TrainerAccelerator:
@@ -80,14 +78,13 @@ class TrainerAccelerator:
     @property
     def distributed_type(self) -> str:
         """``"DEEPSPEED"``, ``"FSDP"``, ``"MULTI_GPU"``, ``"MULTI_CPU"`` or ``"NO"`` (accelerate's names)."""
-        args = self._trainer.args
-        if args.deepspeed is not None:
-            return DEEPSPEED
-        if args.fsdp:
-            return FSDP
-        if self.num_processes > 1:
-            return MULTI_GPU if self.device.type == "cuda" else MULTI_CPU
-        return MULTI_GPU if args.n_gpu > 1 else NO
+        return self._trainer.args.distributed_state.distributed_type
+
+    @property
+    def parallelism_config(self) -> None:
+        """accelerate's ``ParallelismConfig`` (context/tensor/sequence parallelism): always None, since trainwell
+        shards with DDP, FSDP or DeepSpeed only (TRL reads it to decide whether sequence parallelism is on)."""
+        return None
 
     @property
     def mixed_precision(self) -> str:
@@ -229,6 +226,15 @@ class TrainerAccelerator:
         """
         out = tuple(obj.to(self.device) if isinstance(obj, nn.Module) else obj for obj in objects)
         return out[0] if len(out) == 1 else out
+
+    def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
+                      evaluation_mode: bool = False) -> nn.Module:
+        """``model`` on this process's device (unless ``device_placement=False``). A model trained by the Trainer
+        is wrapped by its backend when training starts; ``evaluation_mode=True`` (a frozen reference model, as
+        TRL's DPO passes) needs no wrapper, so it is only placed."""
+        if device_placement is False:
+            return model
+        return model.to(self.device)
 
     def get_state_dict(self, model: nn.Module | None = None, unwrap: bool = True) -> dict[str, torch.Tensor]:
         """The full (consolidated) weights of the Trainer's model."""
