@@ -81,9 +81,12 @@ def test_groups_are_upstreams_without_weight_decay_too():
     assert [(g["weight_decay"], len(g["params"])) for g in groups] == [(0.0, 1), (0.0, 1)]
 
 
-def test_empty_group_dropped():
+def test_empty_group_kept_as_upstream():
     groups = build_param_groups(nn.LayerNorm(3), 0.1)
-    assert len(groups) == 1 and groups[0]["weight_decay"] == 0.0 and len(groups[0]["params"]) == 2
+    assert [(g["weight_decay"], len(g["params"])) for g in groups] == [(0.1, 0), (0.0, 2)]
+    frozen_biases = nn.Linear(3, 2)
+    frozen_biases.bias.requires_grad_(False)
+    assert [len(g["params"]) for g in build_param_groups(frozen_biases, 0.1)] == [1, 0]
 
 
 def test_create_optimizer_uses_groups_and_weight_decay():

@@ -30,9 +30,6 @@ class Capabilities:
     # The engine fixes the micro-batch size when it is built (DeepSpeed's train_micro_batch_size_per_gpu), so
     # ``auto_find_batch_size`` cannot retry with a smaller one.
     fixed_micro_batch_size: bool = False
-    # The optimizer state is torch's own state dict (``optimizer.pt``), so upstream's equal parameter groups may run
-    # as one torch group whose state dicts keep upstream's groups (trainwell.optim.group_layout).
-    merge_equal_param_groups: bool = False
 
 
 class WeightsNotGathered(ValueError):

@@ -88,8 +88,7 @@ class DDPBackend(SingleDeviceBackend):
         self.zero = wants_zero(args)
         # ZeRO's optimizer state lives on several ranks: saving it is a collective the backend runs itself (on the
         # training process group, so not from the background thread of async_save).
-        self.caps = Capabilities(sharded_state=self.zero, async_checkpoint=not self.zero,
-                                 merge_equal_param_groups=not self.zero)
+        self.caps = Capabilities(sharded_state=self.zero, async_checkpoint=not self.zero)
 
     # -- model -------------------------------------------------------------------------------------------------
     def ddp_kwargs(self, model: nn.Module | None = None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ class SingleDeviceBackend:
     straight line whatever the precision. Subclasses (DDP) change only the wrapping and ``no_sync``.
     """
 
-    caps = Capabilities(async_checkpoint=True, merge_equal_param_groups=True)
+    caps = Capabilities(async_checkpoint=True)
     input_dtype: torch.dtype | None = None  # inputs keep their dtype (autocast handles mixed precision)
     engine: Any = None  # no engine object
     ds_config: Any = None  # not DeepSpeed

@@ -149,9 +149,7 @@ def freeze_contents(contents: "CheckpointContents", copier: HostCopier) -> "Chec
         if contents.optimizer is not None:
             states["optimizer"] = contents.optimizer.state_dict()
         if contents.scheduler is not None:
-            from ..optim.group_layout import scheduler_state_dict
-
-            states["scheduler"] = scheduler_state_dict(contents.scheduler)
+            states["scheduler"] = contents.scheduler.state_dict()
         for name, obj in contents.extra.items():
             states[f"extra:{name}"] = obj.state_dict()
     copied = copier.copy(states)

@@ -103,17 +103,16 @@ def _torch_read(path: Path, what: str, trusted: bool = False) -> Any:
         raise load_error(path, what, err) from err
 
 
-def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
-    """Raise before anything is applied when the saved optimizer state cannot fit ``optimizer``."""
+def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> Any:
+    """``saved`` as ``optimizer`` loads it (an earlier trainwell's dropped empty groups put back:
+    :mod:`trainwell.optim.legacy_groups`); raises before anything is applied when it cannot fit ``optimizer``."""
     groups = saved.get("param_groups") if isinstance(saved, dict) else None
     if groups is None:
         raise CheckpointError(f"{path}: not an optimizer state dict (no 'param_groups')")
-    from ..optim.group_layout import GroupLayoutError, check_loadable
+    from ..optim.legacy_groups import restore_dropped_groups
 
-    try:
-        check_loadable(optimizer, groups)
-    except GroupLayoutError as err:
-        raise CheckpointError(f"{path}: {err}") from err
+    saved = restore_dropped_groups(saved, optimizer)
+    groups = saved["param_groups"]
     current = optimizer.state_dict()["param_groups"]
     saved_sizes = [len(g["params"]) for g in groups]
     current_sizes = [len(g["params"]) for g in current]
@@ -122,16 +121,7 @@ def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> None:
             f"{path}: optimizer parameter groups have sizes {saved_sizes} in the checkpoint but {current_sizes} "
             "now; build the optimizer for the same model and parameter groups, or resume without the optimizer"
         )
-
-
-def _check_scheduler_state(path: Path, saved: Any, scheduler: Any) -> None:
-    """Raise before anything is applied when the saved schedule cannot fit ``scheduler`` (see ``_check_optimizer_state``)."""
-    from ..optim.group_layout import GroupLayoutError, check_scheduler_loadable
-
-    try:
-        check_scheduler_loadable(scheduler, saved)
-    except GroupLayoutError as err:
-        raise CheckpointError(f"{path}: {err}") from err
+    return saved
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -227,12 +217,10 @@ class CheckpointManager:
         save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
                            max_shard_size=c.max_shard_size, state_dict=c.model_state_dict)
         if not c.save_only_model:
-            from ..optim.group_layout import scheduler_state_dict
-
             if c.optimizer is not None:
                 _torch_save(c.optimizer.state_dict(), folder / layout.OPTIMIZER_NAME)
             if c.scheduler is not None:
-                _torch_save(scheduler_state_dict(c.scheduler), folder / layout.SCHEDULER_NAME)
+                _torch_save(c.scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
             for name, obj in c.extra.items():
                 _torch_save(obj.state_dict(), folder / f"{name}.pt")
         if c.trainer_state is not None:
@@ -350,14 +338,16 @@ class CheckpointManager:
     def _read_training_state(self, folder: Path, c: CheckpointContents) -> dict[str, Any]:
         staged: dict[str, Any] = {}
         if c.optimizer is not None and (folder / layout.OPTIMIZER_NAME).is_file():
-            staged["optimizer"] = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer", self.trust_pickles)
-            _check_optimizer_state(folder / layout.OPTIMIZER_NAME, staged["optimizer"], c.optimizer)
+            saved = _torch_read(folder / layout.OPTIMIZER_NAME, "optimizer", self.trust_pickles)
+            staged["optimizer"] = _check_optimizer_state(folder / layout.OPTIMIZER_NAME, saved, c.optimizer)
         elif c.optimizer is not None and not (folder / "fsdp_state").is_dir():  # FSDP's: the backend reads it
             logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():
-            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
-            _check_scheduler_state(folder / layout.SCHEDULER_NAME, staged["scheduler"], c.scheduler)
+            from ..optim.legacy_groups import restore_dropped_scheduler_entries
+
+            saved = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
+            staged["scheduler"] = restore_dropped_scheduler_entries(saved, c.scheduler)
         for name in c.extra:
             path = folder / f"{name}.pt"
             if path.is_file():
@@ -385,9 +375,7 @@ class CheckpointManager:
             contents.optimizer.load_state_dict(staged["optimizer"])
             loaded.append("optimizer")
         if "scheduler" in staged:
-            from ..optim.group_layout import load_scheduler_state_dict
-
-            load_scheduler_state_dict(contents.scheduler, staged["scheduler"])
+            contents.scheduler.load_state_dict(staged["scheduler"])
             loaded.append("scheduler")
         for name, obj in contents.extra.items():
             if f"extra:{name}" in staged:

@@ -4,6 +4,10 @@
 weights that get ``args.weight_decay`` and the ones that never do (biases and normalisation-layer weights), as
 upstream's ``Trainer.create_optimizer`` does. ``args`` only needs the fields ``optim``, ``learning_rate``,
 ``weight_decay``, ``adam_beta1``, ``adam_beta2``, ``adam_epsilon`` and ``optim_args``.
+
+``Trainer.get_optimizer_cls_and_kwargs`` (the public hook a subclass overrides) is :func:`get_optimizer_cls_and_kwargs`;
+``Trainer.create_optimizer`` builds :func:`build_param_groups` and hands the hook's result to
+:func:`instantiate_optimizer`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ __all__ = [
     "create_optimizer",
     "get_decay_parameter_names",
     "get_optimizer_cls_and_kwargs",
+    "instantiate_optimizer",
+    "is_optimizer_factory",
     "parse_optim_args",
     "SUPPORTED_OPTIMIZERS",
 ]
@@ -79,23 +85,22 @@ def get_decay_parameter_names(model: nn.Module) -> list[str]:
     return decay
 
 
-def build_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """The optimizer's parameter groups: ``weight_decay`` for the decay parameters, ``0.0`` for the others.
+def build_param_groups(model: nn.Module, weight_decay: float, *,
+                       decay_names: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Upstream's two parameter groups, in its order: ``[decay, no_decay]``.
 
-    Only parameters with ``requires_grad`` are included; an empty group is dropped (so a model whose trainable
-    parameters are all biases yields a single group). The split is upstream's even when ``weight_decay`` is 0, so
-    that ``optimizer.pt`` has upstream's parameter groups and checkpoints interchange with the upstream Trainer.
+    The first holds the trainable parameters named in ``decay_names`` (default :func:`get_decay_parameter_names`)
+    with ``weight_decay``, the second every other trainable parameter with ``0.0``. Only parameters with
+    ``requires_grad`` are included, in ``model.named_parameters()`` order. Both groups are always returned, an empty
+    one too (a LoRA model whose trainable weights all decay has ``[n, 0]``) and even when ``weight_decay`` is 0, so
+    that ``optimizer.param_groups`` and ``optimizer.pt`` are exactly upstream's and checkpoints interchange.
     """
-    decay_names = set(get_decay_parameter_names(model))
+    names = set(get_decay_parameter_names(model) if decay_names is None else decay_names)
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if param.requires_grad:
-            (decay if name in decay_names else no_decay).append(param)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return [group for group in groups if group["params"]]
+            (decay if name in names else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 # --- optimizer selection ------------------------------------------------------------------------------------------
@@ -226,31 +231,52 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     return optimizer_cls, kwargs
 
 
-def create_optimizer(model: nn.Module, args: Any, merge_equal_groups: bool = False) -> Optimizer:
-    """Build the optimizer of ``args.optim`` over ``build_param_groups(model, args.weight_decay)``.
+def is_optimizer_factory(optimizer_cls: Any) -> bool:
+    """Whether ``optimizer_cls`` (from ``get_optimizer_cls_and_kwargs``) is a factory, not a ``torch.optim.Optimizer``
+    class: it is instantiated without arguments and called with ``(model, **kwargs)`` (upstream's Muon/Dion pattern)."""
+    return not (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, torch.optim.Optimizer))
 
-    ``merge_equal_groups``: run upstream's groups as one torch group when their hyper-parameters are equal (see
-    :mod:`trainwell.optim.group_layout`; its state dicts keep upstream's groups). Only for optimizers whose state
-    dicts are torch's own (a backend that saves ``optimizer.pt``).
 
-    Raises ``ValueError`` when the model has no parameter with ``requires_grad``. A fused AdamW that torch refuses
-    for these parameters falls back to the non-fused one with a warning.
+def _params_from_kwargs(kwargs: dict[str, Any], groups: Any) -> Any:
+    """What the optimizer is built over: ``groups``, unless the kwargs bring their own under ``params`` (GaLore),
+    ``model`` (LOMO) or ``optimizer_dict`` (layer-wise optimizers; sentence-transformers' ``learning_rate_mapping``),
+    popped from ``kwargs`` as upstream does (the last one present wins)."""
+    for key in ("params", "model", "optimizer_dict"):
+        if key in kwargs:
+            groups = kwargs.pop(key)
+    return groups
+
+
+def _has_trainable(params: Any) -> bool:
+    if isinstance(params, nn.Module):
+        return any(p.requires_grad for p in params.parameters())
+    if isinstance(params, dict):
+        return True  # a layer-wise {param: optimizer} mapping
+    items = list(params)
+    return any(bool(item.get("params")) if isinstance(item, dict) else True for item in items)
+
+
+def instantiate_optimizer(optimizer_cls: Any, optimizer_kwargs: dict[str, Any], groups: Any,
+                          model: nn.Module) -> Optimizer:
+    """``optimizer_cls(groups, **optimizer_kwargs)``, as upstream's ``Trainer.create_optimizer`` builds it from the
+    result of ``get_optimizer_cls_and_kwargs``: a factory is called as ``optimizer_cls()(model, **kwargs)``; a
+    ``params``/``model``/``optimizer_dict`` entry of the kwargs replaces ``groups``. ``optimizer_kwargs`` itself is
+    not changed.
+
+    Raises ``ValueError`` when nothing to optimize has ``requires_grad``. A fused AdamW that torch refuses for these
+    parameters falls back to the non-fused one with a warning.
     """
-    optimizer_cls, kwargs = get_optimizer_cls_and_kwargs(args, model)
-    # the low-rank optimizers (GaLore, APOLLO) bring their own groups, as upstream
-    groups = kwargs.pop("params") if "params" in kwargs else build_param_groups(model, args.weight_decay)
-    if not groups:
+    kwargs = dict(optimizer_kwargs)
+    if is_optimizer_factory(optimizer_cls):
+        return optimizer_cls()(model, **kwargs)
+    params = _params_from_kwargs(kwargs, groups)
+    if not _has_trainable(params):
         raise ValueError(
             f"the model {type(model).__name__} has no parameter with requires_grad=True, so there is nothing to "
             "optimize; unfreeze some parameters (param.requires_grad_(True)) before training."
         )
-    sizes = None
-    if merge_equal_groups and _has_torch_state_dict(optimizer_cls):
-        from .group_layout import merge_equal_groups as merge
-
-        groups, sizes = merge(groups)
     try:
-        optimizer = optimizer_cls(groups, **kwargs)
+        return optimizer_cls(params, **kwargs)
     except RuntimeError as error:
         if not kwargs.get("fused"):
             raise
@@ -258,20 +284,16 @@ def create_optimizer(model: nn.Module, args: Any, merge_equal_groups: bool = Fal
             f"fused AdamW is not available here ({error}); falling back to the non-fused torch AdamW.",
             stacklevel=2,
         )
-        kwargs = {key: value for key, value in kwargs.items() if key != "fused"}
-        optimizer = optimizer_cls(groups, **kwargs)
-    if sizes is not None:
-        from .group_layout import keep_logical_layout
-
-        keep_logical_layout(optimizer, sizes)
-    return optimizer
+        kwargs.pop("fused")
+        return optimizer_cls(params, **kwargs)
 
 
-def _has_torch_state_dict(optimizer_cls: Any) -> bool:
-    """Whether the class saves and loads through torch's own ``Optimizer`` state-dict methods (and so their hooks)."""
-    base = torch.optim.Optimizer
-    return (isinstance(optimizer_cls, type) and issubclass(optimizer_cls, base)
-            and optimizer_cls.state_dict is base.state_dict and optimizer_cls.load_state_dict is base.load_state_dict)
+def create_optimizer(model: nn.Module, args: Any) -> Optimizer:
+    """The optimizer of ``args.optim`` over ``build_param_groups(model, args.weight_decay)`` (upstream's two groups,
+    an empty one kept), from :func:`get_optimizer_cls_and_kwargs` and :func:`instantiate_optimizer`; what
+    ``Trainer.create_optimizer`` builds by default."""
+    optimizer_cls, kwargs = get_optimizer_cls_and_kwargs(args, model)
+    return instantiate_optimizer(optimizer_cls, kwargs, build_param_groups(model, args.weight_decay), model)
 
 
 # --- Adafactor ----------------------------------------------------------------------------------------------------

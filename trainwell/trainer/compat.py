@@ -27,21 +27,19 @@ def learning_rates(optimizer: torch.optim.Optimizer | None) -> list[float]:
     if optimizer is None:
         raise ValueError("get_learning_rates: the optimizer is not built yet; call it after trainer.train() "
                          "has started (or after trainer.create_optimizer())")
-    from ..optim.group_layout import logical_param_groups  # upstream's groups, when equal ones run as one
-
-    return [group["lr"] for group in logical_param_groups(optimizer)]
+    return [group["lr"] for group in optimizer.param_groups]
 
 
 def optimizer_group(optimizer: torch.optim.Optimizer | None, param: nn.Parameter | str | None = None) -> Any:
-    """The optimizer's parameter groups, or the group holding ``param``."""
+    """As upstream's ``Trainer.get_optimizer_group``: the parameter group (a dict) holding ``param``, else the
+    parameter list of every group (``[group["params"], ...]``, one entry per group, empty ones too)."""
     if optimizer is None:
         raise ValueError("get_optimizer_group: the optimizer is not built yet; call trainer.create_optimizer()")
-    if param is None:
-        return optimizer.param_groups
-    for group in optimizer.param_groups:
-        if any(p is param for p in group["params"]):
-            return group
-    return optimizer.param_groups
+    if param is not None:
+        for group in optimizer.param_groups:
+            if any(p is param for p in group["params"]):  # identity: `in` would compare tensors elementwise
+                return group
+    return [group["params"] for group in optimizer.param_groups]
 
 
 def trial_arguments_from(args: Any, trial: Any) -> Any:

@@ -225,21 +225,33 @@ class Trainer:
 
         return get_decay_parameter_names(model)
 
-    def create_optimizer(self) -> torch.optim.Optimizer:
-        """Build the optimizer from ``args.optim`` (or ``optimizer_cls_and_kwargs``) unless one was passed."""
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        """Build the optimizer unless one was passed: upstream's two parameter groups ``[decay, no_decay]`` of
+        ``model`` (default: the trainer's, unwrapped), an empty one kept, split by ``get_decay_parameter_names``; the
+        class and kwargs of ``optimizer_cls_and_kwargs`` or else ``self.get_optimizer_cls_and_kwargs(args, model)``
+        (a subclass's override is used, and its ``params``/``optimizer_dict`` replace the groups)."""
         if self.optimizer is None:
-            model = unwrap_model(self.model)
+            from ..optim.factory import build_param_groups, instantiate_optimizer
+
+            opt_model = unwrap_model(self.model) if model is None else model
+            groups = build_param_groups(opt_model, self.args.weight_decay,
+                                        decay_names=self.get_decay_parameter_names(opt_model))
             if self.optimizer_cls_and_kwargs is not None:
-                from ..optim.factory import build_param_groups
-
-                cls, kwargs = self.optimizer_cls_and_kwargs
-                self.optimizer = cls(build_param_groups(model, self.args.weight_decay), **kwargs)
+                optimizer_cls, optimizer_kwargs = self.optimizer_cls_and_kwargs
             else:
-                from ..optim.factory import create_optimizer as build_optimizer
-
-                self.optimizer = build_optimizer(model, self.args,
-                                                 merge_equal_groups=self.backend.caps.merge_equal_param_groups)
+                optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, opt_model)
+            self.optimizer = instantiate_optimizer(optimizer_cls, optimizer_kwargs, groups, opt_model)
         return self.optimizer
+
+    @staticmethod
+    def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> tuple[Any, dict[str, Any]]:
+        """``(optimizer_cls, optimizer_kwargs)`` for ``args.optim`` (``lr``, the Adam betas/epsilon, ``optim_args``;
+        a low-rank optimizer's own groups under ``"params"``). ``create_optimizer`` calls it as
+        ``self.get_optimizer_cls_and_kwargs(self.args, model)``, so a subclass may override it (also as an instance
+        method) and return other kwargs, e.g. its own groups under ``"optimizer_dict"``."""
+        from ..optim.factory import get_optimizer_cls_and_kwargs
+
+        return get_optimizer_cls_and_kwargs(args, model)
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
@@ -839,7 +851,8 @@ class Trainer:
         return learning_rates(self.optimizer)
 
     def get_optimizer_group(self, param: nn.Parameter | str | None = None) -> Any:
-        """The optimizer's parameter groups, or the group holding ``param``."""
+        """The group (a dict) of the optimizer holding ``param``; without it, each group's parameter list (upstream's
+        return value). Raises ``ValueError`` before the optimizer is built."""
         from .compat import optimizer_group
 
         return optimizer_group(self.optimizer, param)
