@@ -72,6 +72,19 @@ class CheckpointContents:
     # The random states from before the training loader fetched the batch it holds ahead (trainwell.loops): saved
     # in the RNG file under NEXT_BATCH_RNG_KEY, which upstream's reader ignores.
     next_batch_rng: dict[str, Any] | None = None
+    # The Trainer's overridable methods, called where upstream calls them (None: the manager does the work itself).
+    # Saving: ``write_model(folder, state_dict)`` writes the weights, config, processing class and
+    # ``training_args.bin`` (the Trainer's ``_save``); ``write_optimizer_and_scheduler(folder)`` the optimizer and
+    # scheduler files (``_save_optimizer_and_scheduler``). Both write into the temporary folder the commit
+    # checksums and renames, whatever layout they choose.
+    write_model: Callable[[Path, Any], None] | None = None
+    write_optimizer_and_scheduler: Callable[[Path], None] | None = None
+    # Loading: ``load_model(folder)`` loads the weights (``_load_from_checkpoint``), ``load_optimizer_and_scheduler``
+    # (``_load_optimizer_and_scheduler``) and ``load_rng(folder)`` (``_load_rng_state``); the defaults apply what
+    # :meth:`CheckpointManager.load` staged (see :meth:`CheckpointManager.apply_optimizer_and_scheduler`).
+    load_model: Callable[[Path], None] | None = None
+    load_optimizer_and_scheduler: Callable[[Path], None] | None = None
+    load_rng: Callable[[Path], None] | None = None
 
 
 NEXT_BATCH_RNG_KEY = "trainwell_next_batch"
@@ -124,6 +137,14 @@ def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> Any:
     return saved
 
 
+def write_optimizer_and_scheduler(folder: Path, optimizer: Any, scheduler: Any) -> None:
+    """``optimizer.pt`` and ``scheduler.pt`` (each when given), hashed as written (upstream's file names)."""
+    if optimizer is not None:
+        _torch_save(optimizer.state_dict(), folder / layout.OPTIMIZER_NAME)
+    if scheduler is not None:
+        _torch_save(scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
+
+
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -150,6 +171,7 @@ class CheckpointManager:
         self.should_save = should_save
         # set by the trainer from its backend: the engine's files are complete only in a folder every node sees
         self.engine_needs_shared_folder = False
+        self._staged: tuple[Path, dict[str, Any]] | None = None  # (folder, states) while load() applies them
 
     def checkpoint_dir(self, step: int) -> Path:
         """``output_dir/checkpoint-<step>``."""
@@ -214,23 +236,27 @@ class CheckpointManager:
         """The files of the saving rank (everything but the per-rank RNG files and the engine's files)."""
         from .weights import save_model_weights
 
-        save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
-                           max_shard_size=c.max_shard_size, state_dict=c.model_state_dict)
+        if c.write_model is not None:
+            c.write_model(folder, c.model_state_dict)
+        else:
+            save_model_weights(c.model, folder, safe_serialization=c.safe_serialization,
+                               max_shard_size=c.max_shard_size, state_dict=c.model_state_dict)
         if not c.save_only_model:
-            if c.optimizer is not None:
-                _torch_save(c.optimizer.state_dict(), folder / layout.OPTIMIZER_NAME)
-            if c.scheduler is not None:
-                _torch_save(c.scheduler.state_dict(), folder / layout.SCHEDULER_NAME)
+            if c.write_optimizer_and_scheduler is not None:
+                c.write_optimizer_and_scheduler(folder)
+            else:
+                write_optimizer_and_scheduler(folder, c.optimizer, c.scheduler)
             for name, obj in c.extra.items():
                 _torch_save(obj.state_dict(), folder / f"{name}.pt")
         if c.trainer_state is not None:
             c.trainer_state.save_to_json(str(folder / layout.TRAINER_STATE_NAME))
         if c.args is not None:
             _write_text(folder / layout.TRAINING_ARGS_JSON_NAME, c.args.to_json_string())
-            _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
+            if c.write_model is None or not (folder / layout.TRAINING_ARGS_NAME).is_file():  # (_save wrote it)
+                _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
         if c.data_state is not None:
             _write_text(folder / layout.DATA_STATE_NAME, json.dumps(c.data_state, indent=2))
-        if c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
+        if c.write_model is None and c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
             c.processing_class.save_pretrained(str(folder))
 
     # -------------------------------------------------------------------------------------- rotation
@@ -302,8 +328,9 @@ class CheckpointManager:
         if verify:
             self.verify(folder)  # a foreign folder has no file list: loading it validates it
         staged: dict[str, Any] = {"trainer_state_dict": self._read_trainer_state(folder)}
-        state, origin = read_weights(folder)
-        staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
+        if c.load_model is None:  # else the hook reads (and validates) the weights itself
+            state, origin = read_weights(folder)
+            staged["model"] = match_state_dict(c.model, state, origin, strict=True, source=find_weights_file(folder))
         if load_optimizer:
             staged.update(self._read_training_state(folder, c))
         rng_path, resized = rng_file_to_restore(folder, self.rank, self.world_size)
@@ -369,28 +396,78 @@ class CheckpointManager:
         """
         folder = Path(folder)
         staged = self._read_all(folder, contents, load_optimizer, verify)
-        contents.model.load_state_dict(staged["model"], strict=True)
-        loaded = ["model"]
+        self._staged = (folder, staged)  # what the default hooks apply (apply_optimizer_and_scheduler, apply_rng)
+        try:
+            if contents.load_model is not None:
+                contents.load_model(folder)
+            else:
+                contents.model.load_state_dict(staged["model"], strict=True)
+            loaded = ["model"]
+            if load_optimizer:
+                if contents.load_optimizer_and_scheduler is not None:
+                    contents.load_optimizer_and_scheduler(folder)
+                    loaded += [name for name in ("optimizer", "scheduler") if name in staged]
+                else:
+                    loaded += self.apply_optimizer_and_scheduler(folder, contents)
+            for name, obj in contents.extra.items():
+                if f"extra:{name}" in staged:
+                    obj.load_state_dict(staged[f"extra:{name}"])
+                    loaded.append(name)
+            if contents.load_rng is not None:  # called as upstream calls it, with or without an RNG file
+                contents.load_rng(folder)
+            elif "rng" in staged:
+                self.apply_rng(folder)
+            if "rng" in staged:
+                loaded.append("rng")
+        finally:
+            self._staged = None
+        path = staged["trainer_state_path"]
+        trainer_state = load_trainer_state(path) if (load_trainer_state and path) else None
+        return {"data_state": staged["data_state"], "trainer_state_path": path,
+                "trainer_state": trainer_state, "loaded": loaded,
+                "next_batch_rng": staged["rng"].get(NEXT_BATCH_RNG_KEY) if "rng" in staged else None}
+
+    def _staged_for(self, folder: Path) -> dict[str, Any] | None:
+        """What the load in progress read (and validated) from ``folder``; None outside such a load."""
+        staged = self._staged
+        return staged[1] if staged is not None and staged[0] == Path(folder) else None
+
+    def apply_optimizer_and_scheduler(self, folder: str | os.PathLike, contents: CheckpointContents) -> list[str]:
+        """Load ``optimizer.pt`` / ``scheduler.pt`` of ``folder`` into ``contents.optimizer`` / ``.scheduler``.
+
+        Inside :meth:`load` the states it already read and validated are applied; called on its own (a subclass's
+        ``_load_optimizer_and_scheduler`` calling ``super()``), the files are read and validated now. Returns the
+        names loaded.
+        """
+        folder = Path(folder)
+        staged = self._staged_for(folder)
+        if staged is None:
+            staged = self._read_training_state(folder, CheckpointContents(
+                model=contents.model, optimizer=contents.optimizer, scheduler=contents.scheduler))
+        loaded = []
         if "optimizer" in staged:
             contents.optimizer.load_state_dict(staged["optimizer"])
             loaded.append("optimizer")
         if "scheduler" in staged:
             contents.scheduler.load_state_dict(staged["scheduler"])
             loaded.append("scheduler")
-        for name, obj in contents.extra.items():
-            if f"extra:{name}" in staged:
-                obj.load_state_dict(staged[f"extra:{name}"])
-                loaded.append(name)
-        if "rng" in staged:
-            from .rng import restore_rng_state
+        return loaded
 
-            restore_rng_state(staged["rng"])
-            loaded.append("rng")
-        path = staged["trainer_state_path"]
-        trainer_state = load_trainer_state(path) if (load_trainer_state and path) else None
-        return {"data_state": staged["data_state"], "trainer_state_path": path,
-                "trainer_state": trainer_state, "loaded": loaded,
-                "next_batch_rng": staged["rng"].get(NEXT_BATCH_RNG_KEY) if "rng" in staged else None}
+    def apply_rng(self, folder: str | os.PathLike) -> bool:
+        """Restore this rank's random streams from ``folder`` (what :meth:`load` staged, else read now); False when
+        the checkpoint has no RNG file for this rank."""
+        from .rng import read_rng_file, restore_rng_state, rng_file_to_restore
+
+        folder = Path(folder)
+        staged = self._staged_for(folder)
+        state = staged.get("rng") if staged is not None else None
+        if state is None:
+            rng_path, _ = rng_file_to_restore(folder, self.rank, self.world_size)
+            if rng_path is None:
+                return False
+            state = read_rng_file(rng_path, trusted=self.trust_pickles)
+        restore_rng_state(state)
+        return True
 
     def load_latest_valid(self, contents: CheckpointContents, *, load_optimizer: bool = True,
                           load_trainer_state: Callable[[str], Any] | None = None,

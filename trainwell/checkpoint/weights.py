@@ -418,3 +418,77 @@ def load_model_weights(model: "nn.Module", folder: str | os.PathLike, *, strict:
     state, origin = read_weights(folder)
     ready = match_state_dict(model, state, origin, strict=strict, source=find_weights_file(folder))
     model.load_state_dict(ready, strict=strict)
+
+
+# ----------------------------------------------------------------------------------------- PEFT adapters
+
+ADAPTER_SAFE_WEIGHTS_NAME = "adapter_model.safetensors"
+ADAPTER_WEIGHTS_NAME = "adapter_model.bin"
+
+
+def is_peft_model(model: Any) -> bool:
+    """Whether ``model`` is a ``peft`` model (a ``PeftModel`` or ``PeftMixedModel``), read without importing peft."""
+    return any(cls.__module__.split(".")[0] == "peft" and cls.__name__ in ("PeftModel", "PeftMixedModel")
+               for cls in type(model).__mro__)
+
+
+def has_full_weights(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a whole model's weights (single, sharded, safetensors or .bin)."""
+    folder = Path(folder)
+    return any((folder / name).is_file()
+               for name in (SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME))
+
+
+def _has_adapter_file(folder: Path) -> bool:
+    return (folder / ADAPTER_SAFE_WEIGHTS_NAME).is_file() or (folder / ADAPTER_WEIGHTS_NAME).is_file()
+
+
+def adapter_subfolders(folder: str | os.PathLike) -> list[str]:
+    """The sub-folders of ``folder`` holding one adapter each (peft saves a model with several adapters so)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted(child.name for child in folder.iterdir() if child.is_dir() and _has_adapter_file(child))
+
+
+def has_adapter_weights(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds PEFT adapter weights (``adapter_model.safetensors``/``.bin``, or sub-folders)."""
+    return _has_adapter_file(Path(folder)) or bool(adapter_subfolders(folder))
+
+
+def load_adapter_weights(model: Any, folder: str | os.PathLike, *, is_trainable: bool = True) -> None:
+    """Load the adapter(s) saved in ``folder`` into the peft ``model`` in place, as upstream's Trainer does.
+
+    The active adapter is loaded from ``folder`` itself; adapters saved in sub-folders (several adapters) under
+    their folder's name, the active one trainable. The adapter parameters are filled in place, so an optimizer
+    built over them keeps its references. Raises :class:`CheckpointError` when ``folder`` holds no adapter.
+    """
+    folder = Path(folder)
+    if not hasattr(model, "load_adapter") or not hasattr(model, "active_adapters"):
+        raise CheckpointError(f"{folder}: holds PEFT adapter weights but {type(model).__name__} has no load_adapter; "
+                              "install peft >= 0.7 and train the same PeftModel that was saved")
+    active_adapters = list(model.active_adapters)
+    if len(active_adapters) > 1:
+        logger.warning("Several active adapters %s: only the first one is resumed as trainable", active_adapters)
+    active = active_adapters[0]
+    subfolders = adapter_subfolders(folder)
+    if not _has_adapter_file(folder) and not subfolders:
+        raise CheckpointError(f"{folder}: no adapter weights found; expected {ADAPTER_SAFE_WEIGHTS_NAME} or "
+                              f"{ADAPTER_WEIGHTS_NAME} (was the checkpoint saved from another model?)")
+    if subfolders:
+        if _has_adapter_file(folder):
+            model.load_adapter(str(folder), "default", is_trainable=is_trainable and active == "default")
+        for name in subfolders:
+            model.load_adapter(str(folder / name), name, is_trainable=is_trainable and name == active)
+        model.set_adapter(active)
+    else:
+        model.load_adapter(str(folder), active, is_trainable=is_trainable)
+
+
+def load_checkpoint_weights(model: "nn.Module", folder: str | os.PathLike, *, strict: bool = True) -> None:
+    """Load a checkpoint's weights into ``model``: the whole model's (validated, strict) when ``folder`` has them,
+    else a peft model's adapters (``adapter_model.safetensors``), trainable."""
+    if not has_full_weights(folder) and is_peft_model(model) and has_adapter_weights(folder):
+        load_adapter_weights(model, folder, is_trainable=True)
+        return
+    load_model_weights(model, folder, strict=strict)

@@ -54,6 +54,7 @@ class CheckpointHost(Protocol):
     optimizer: Any
     lr_scheduler: Any
     processing_class: Any
+    data_collator: Any
     callback_handler: CallbackHandler
     _train_batch_size: int
 
@@ -65,9 +66,26 @@ class CheckpointHost(Protocol):
 
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path: ...
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None: ...
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None: ...
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None: ...
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None: ...
+
+    def _load_rng_state(self, checkpoint: str | None) -> None: ...
+
     def _push_from_checkpoint(self, checkpoint_folder: str | os.PathLike) -> None: ...
 
     def push_to_hub(self, commit_message: str | None = ..., blocking: bool = ..., **kwargs: Any) -> Any: ...
+
+
+def _is_default(trainer: CheckpointHost, name: str) -> bool:
+    """Whether ``trainer.<name>`` is trainwell's own method (not a subclass's override nor a patched attribute)."""
+    if name in vars(trainer):
+        return False
+    return getattr(getattr(type(trainer), name, None), "__module__", None) == "trainwell.trainer.trainer"
 
 
 class TrainerCheckpoints:
@@ -118,19 +136,25 @@ class TrainerCheckpoints:
         return AsyncSaver()
 
     def contents(self, *, loop: LoopState | None = None, tr_loss: torch.Tensor | None = None,
-                 stream: bool = False) -> CheckpointContents:
+                 stream: bool = False, hooks: bool = False) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it.
 
         ``stream``: a sharded model's weights are gathered one tensor at a time while they are written (a
-        synchronous save); otherwise (an asynchronous save's snapshot) they are gathered whole now.
+        synchronous save); otherwise (an asynchronous save's snapshot) they are gathered whole now. ``hooks``: the
+        files are written by the Trainer's ``_save`` and ``_save_optimizer_and_scheduler`` (a synchronous save).
+        ``tr_loss`` is accepted for the callers' sake: the running loss is read from ``loop`` (so that an override
+        calling ``super()._save_checkpoint(model, trial)`` without it still writes ``data_state.json``).
         """
         from ..checkpoint.manager import CheckpointContents
 
         trainer = self._trainer
         # every rank's running loss is gathered (a collective: contents runs on every rank at save time)
-        data_state = loop.data_state(trainer.state.global_step) if tr_loss is not None and loop is not None else None
+        data_state = loop.data_state(trainer.state.global_step) if loop is not None else None
         sharded = self.backend.caps.sharded_state
         return CheckpointContents(
+            write_model=self._call_save if hooks else None,
+            write_optimizer_and_scheduler=(lambda folder: trainer._save_optimizer_and_scheduler(str(folder))
+                                           ) if hooks else None,
             # A sharded backend saves and loads the optimizer state itself (collectively, in backend.save/load).
             model=unwrap_model(trainer.model), optimizer=None if sharded else trainer.optimizer,
             scheduler=trainer.lr_scheduler, extra=dict(self.backend.state_dicts()), trainer_state=trainer.state,
@@ -273,6 +297,11 @@ class TrainerCheckpoints:
         # another backend's optimizer state is refused now, on every rank, before anything is loaded
         check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
         contents = self.contents()
+        trainer = self._trainer
+        # upstream's overridable loaders, called where upstream calls them (into the temporary staging of the load)
+        contents.load_model = lambda path: trainer._load_from_checkpoint(str(path))
+        contents.load_optimizer_and_scheduler = lambda path: trainer._load_optimizer_and_scheduler(str(path))
+        contents.load_rng = lambda path: trainer._load_rng_state(str(path))
         # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
         # trainwell.checkpoint.agreement.
         options = dict(load_trainer_state=TrainerState.load_from_json, engine_load=self.backend.load,
@@ -403,7 +432,7 @@ class TrainerCheckpoints:
         trainer.store_flos()
         state.stateful_callbacks = export_callback_states(trainer.callback_handler.callbacks, trainer.control)
         self.manager.engine_needs_shared_folder = self.backend.caps.engine_needs_shared_folder
-        if self.async_saver is not None:  # written and rotated in the background; see checkpoint.async_save
+        if self.async_saver is not None and not self._save_overridden():  # written and rotated in the background
             best = state.best_model_checkpoint
             folder = self.async_saver.save(self.manager, step, self.contents(loop=loop, tr_loss=tr_loss),
                                            after=lambda _: self.manager.rotate(best_model_checkpoint=best),
@@ -413,13 +442,88 @@ class TrainerCheckpoints:
                 self.async_saver.wait()
                 trainer._push_from_checkpoint(folder)
             return folder
-        # The backend's engine files go into the temporary folder before the marker (one commit for every rank).
-        folder = self.manager.save(step, self.contents(loop=loop, tr_loss=tr_loss, stream=True),
+        if self.async_saver is not None:  # an override of _save reads the live model: written now, in this thread
+            self.async_saver.wait()
+        # The backend's engine files go into the temporary folder before the marker (one commit for every rank);
+        # the Trainer's _save and _save_optimizer_and_scheduler write into it too (whatever layout they choose).
+        folder = self.manager.save(step, self.contents(loop=loop, tr_loss=tr_loss, stream=True, hooks=True),
                                    engine_save=self.backend.save)
         self.last = folder
         trainer._push_from_checkpoint(folder)
         self.manager.rotate(best_model_checkpoint=state.best_model_checkpoint)
         return folder
+
+    def _save_overridden(self) -> bool:
+        """Whether a subclass overrides ``_save`` or ``_save_optimizer_and_scheduler`` (read the live state)."""
+        return not (_is_default(self._trainer, "_save") and _is_default(self._trainer, "_save_optimizer_and_scheduler"))
+
+    def _call_save(self, folder: Path, state_dict: Any) -> None:
+        """The Trainer's ``_save`` into a checkpoint's temporary folder; an override gets a plain state dict (weights
+        streamed from a sharded model are gathered whole for it)."""
+        if state_dict is not None and not isinstance(state_dict, dict) and not _is_default(self._trainer, "_save"):
+            state_dict = state_dict.materialize()
+        self._trainer._save(str(folder), state_dict=state_dict)
+
+    def write_model_files(self, output_dir: str | os.PathLike, state_dict: Any = None) -> None:
+        """The default ``_save``: the weights (``save_pretrained`` for a transformers/peft model, else
+        ``model.safetensors``), the processing class (else ``data_collator.tokenizer``, as upstream) and
+        ``training_args.bin`` into ``output_dir``. Only the saving process writes."""
+        from ..checkpoint.digest import torch_save
+        from ..checkpoint.layout import TRAINING_ARGS_NAME
+        from ..checkpoint.weights import save_model_weights
+
+        if not self.args.should_save:
+            drain = getattr(state_dict, "drain", None)
+            if drain is not None:  # every rank takes part in each gather of streamed weights
+                drain()
+            return
+        os.makedirs(output_dir, exist_ok=True)
+        logger.info("Saving model checkpoint to %s", output_dir)
+        save_model_weights(unwrap_model(self._trainer.model), output_dir,
+                           safe_serialization=self.args.save_safetensors, state_dict=state_dict)
+        self.save_processing_class(output_dir)
+        torch_save(self.args, Path(output_dir) / TRAINING_ARGS_NAME)
+
+    def save_processing_class(self, output_dir: str | os.PathLike) -> None:
+        """``processing_class.save_pretrained(output_dir)``; without one, the data collator's tokenizer (upstream)."""
+        trainer = self._trainer
+        saver = trainer.processing_class
+        if saver is None:
+            saver = getattr(trainer.data_collator, "tokenizer", None)
+            if saver is not None:
+                logger.info("Saving Trainer.data_collator.tokenizer by default as Trainer.processing_class is None")
+        if saver is not None and hasattr(saver, "save_pretrained"):
+            saver.save_pretrained(str(output_dir))
+
+    def save_optimizer_and_scheduler(self, output_dir: str | os.PathLike) -> None:
+        """The default ``_save_optimizer_and_scheduler``: ``optimizer.pt`` (unless a sharded backend saves it with
+        its engine files) and ``scheduler.pt``, by the saving process."""
+        from ..checkpoint.manager import write_optimizer_and_scheduler
+
+        if not self.args.should_save:
+            return
+        trainer = self._trainer
+        optimizer = None if self.backend.caps.sharded_state else trainer.optimizer
+        write_optimizer_and_scheduler(Path(output_dir), optimizer, trainer.lr_scheduler)
+
+    def _loading_contents(self) -> CheckpointContents:
+        from ..checkpoint.manager import CheckpointContents
+
+        trainer = self._trainer
+        return CheckpointContents(model=unwrap_model(trainer.model), optimizer=None if self.backend.caps.sharded_state
+                                  else trainer.optimizer, scheduler=trainer.lr_scheduler)
+
+    def load_optimizer_and_scheduler(self, checkpoint: str | os.PathLike | None) -> None:
+        """The default ``_load_optimizer_and_scheduler``: the states a resume already validated (or, called on its
+        own, read and validated now) loaded into the optimizer and scheduler."""
+        if checkpoint is not None:
+            self.manager.apply_optimizer_and_scheduler(checkpoint, self._loading_contents())
+
+    def load_rng_state(self, checkpoint: str | os.PathLike | None) -> None:
+        """The default ``_load_rng_state``: this rank's random streams restored from ``checkpoint``."""
+        if checkpoint is not None and not self.manager.apply_rng(checkpoint):
+            logger.info("No RNG file for process %d in %s: the random streams are not restored",
+                        self.args.process_index, checkpoint)
 
     def wait(self) -> None:
         """Wait for an asynchronous save in flight; raise its failure (a no-op without ``async_save``)."""
@@ -549,10 +653,11 @@ class TrainerCheckpoints:
         self.load_weights(best)
 
     def load_weights(self, folder: str | os.PathLike, model: nn.Module | None = None) -> None:
-        """Load the model weights saved in ``folder`` into ``model`` (default: the Trainer's), strictly."""
-        from ..checkpoint.weights import load_model_weights
+        """Load the model weights saved in ``folder`` into ``model`` (default: the Trainer's), strictly; a peft
+        model's adapters (``adapter_model.safetensors``) with ``load_adapter(..., is_trainable=True)``."""
+        from ..checkpoint.weights import load_checkpoint_weights
 
-        load_model_weights(unwrap_model(model if model is not None else self._trainer.model), folder, strict=True)
+        load_checkpoint_weights(unwrap_model(model if model is not None else self._trainer.model), folder, strict=True)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the model weights (``model.safetensors``, sharded above 5GB), the arguments and the processing class.
@@ -575,15 +680,12 @@ class TrainerCheckpoints:
             if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
                 trainer.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
             return
-        from ..checkpoint.weights import save_model_weights
-
         os.makedirs(output_dir, exist_ok=True)
         if weights is not False:
-            save_model_weights(unwrap_model(trainer.model), output_dir, safe_serialization=self.args.save_safetensors,
-                               state_dict=weights)
-        if trainer.processing_class is not None and hasattr(trainer.processing_class, "save_pretrained"):
-            trainer.processing_class.save_pretrained(output_dir)
-        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+            self._call_save(Path(output_dir), weights)  # the Trainer's _save (a subclass's override), as upstream
+        else:  # the engine's checkpoint holds the weights; the rest of what _save writes
+            self.save_processing_class(output_dir)
+            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
         if self.args.push_to_hub and not _internal_call:
             trainer.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
 

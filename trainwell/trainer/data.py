@@ -37,14 +37,11 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
     if has_length(dataset) and len(dataset) == 0:
         raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
     args, collator = trainer.args, trainer.data_collator
-    if args.remove_unused_columns:
-        columns = trainer._set_signature_columns_if_needed()
-        if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):
-            dataset = remove_unused_columns_from_dataset(dataset, columns, description=description)
-        else:
-            collator = RemoveColumnsCollator(collator, columns, logger=logger,
-                                             model_name=type(unwrap_model(trainer.model)).__name__,
-                                             description=description)
+    # upstream's overridable steps, called as upstream calls them (each does nothing without remove_unused_columns)
+    if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):  # a datasets.Dataset
+        dataset = trainer._remove_unused_columns(dataset, description=description)
+    else:
+        collator = trainer._get_collator_with_removed_columns(collator, description=description)
     sampler = None
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if has_length(dataset) and args.dataloader_num_workers == 0:
@@ -65,6 +62,26 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
         pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
         persistent_workers=args.dataloader_persistent_workers,
         prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+
+
+def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | None = None) -> Any:
+    """The default ``_remove_unused_columns``: ``dataset`` without the columns outside
+    ``trainer._signature_columns`` (unchanged without ``remove_unused_columns``)."""
+    if not trainer.args.remove_unused_columns:
+        return dataset
+    trainer._set_signature_columns_if_needed()
+    return remove_unused_columns_from_dataset(dataset, trainer._signature_columns, description=description,
+                                              model_name=type(unwrap_model(trainer.model)).__name__, logger=logger)
+
+
+def collator_with_removed_columns(trainer: Trainer, collator: Any, description: str | None = None) -> Any:
+    """The default ``_get_collator_with_removed_columns``: ``collator`` behind a :class:`RemoveColumnsCollator` of
+    ``trainer._signature_columns`` (``collator`` itself without ``remove_unused_columns``)."""
+    if not trainer.args.remove_unused_columns:
+        return collator
+    trainer._set_signature_columns_if_needed()
+    return RemoveColumnsCollator(collator, trainer._signature_columns, logger=logger,
+                                 model_name=type(unwrap_model(trainer.model)).__name__, description=description)
 
 
 def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:

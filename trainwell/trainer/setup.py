@@ -109,3 +109,33 @@ def initial_model(model: nn.Module | None, model_init: Callable[..., nn.Module] 
     if not isinstance(model, nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
     return model
+
+
+def _bitsandbytes_quantized(model: Any) -> bool:
+    """Whether ``model`` (or the base model under a peft wrapper) holds bitsandbytes 4/8-bit weights."""
+    inner = model
+    for _ in range(3):  # PeftModel -> LoraModel -> the transformers model
+        if getattr(inner, "is_loaded_in_4bit", False) or getattr(inner, "is_loaded_in_8bit", False) or \
+                getattr(inner, "quantization_method", None) in ("bitsandbytes", "BitsAndBytes"):
+            return True
+        inner = getattr(inner, "base_model", None) or getattr(inner, "model", None)
+        if inner is None:
+            break
+    return any(type(p).__name__ in ("Params4bit", "Int8Params") for p in model.parameters())
+
+
+def check_quantized_model(model: nn.Module) -> None:
+    """Refuse, with the cause and the fix, a model loaded in 4/8-bit (``BitsAndBytesConfig``, or prepared with peft's
+    ``prepare_model_for_kbit_training`` after such a load) where bitsandbytes cannot run: its forward would fail at
+    the first step, after the dataset and the optimizer were built."""
+    if not _bitsandbytes_quantized(model):
+        return
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError as err:
+        raise ValueError(
+            f"{type(model).__name__} is loaded in 4/8-bit (bitsandbytes quantization, e.g. load_in_4bit / "
+            "BitsAndBytesConfig, prepared with prepare_model_for_kbit_training) but bitsandbytes cannot run here "
+            f"({err}). Install it on a machine with a supported accelerator (`pip install bitsandbytes`, CUDA), or "
+            "load the model without quantization (drop quantization_config) to train LoRA adapters on "
+            "full-precision weights") from err

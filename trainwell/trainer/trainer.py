@@ -33,7 +33,8 @@ from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalLoopOutput, Predic
                                    enable_full_determinism, set_seed)
 from . import run
 from .checkpoints import TrainerCheckpoints
-from .setup import check_args_object, check_before_training, check_metric_for_best_model, initial_model
+from .setup import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
+                    initial_model)
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
@@ -165,6 +166,7 @@ class Trainer:
 
     def _adopt_model(self, model: nn.Module) -> None:
         """Place ``model`` on the device and read what its forward signature tells (return_loss, loss kwargs)."""
+        check_quantized_model(model)
         self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
                                       getattr(model, "model_parallel", False))
         self.place_model_on_device = self.args.place_model_on_device and not self.is_model_parallel
@@ -188,12 +190,26 @@ class Trainer:
         self.callback_handler.remove_callback(callback)
 
     # ---------------------------------------------------------------------------------------------------- data
-    def _set_signature_columns_if_needed(self) -> list[str]:
+    def _set_signature_columns_if_needed(self) -> None:
+        """Fill ``self._signature_columns`` (the model's forward arguments and the label names) once; returns None,
+        as upstream (callers read the attribute, so an override that sets it is honoured)."""
         from ..data.columns import signature_columns
 
         if self._signature_columns is None:
             self._signature_columns = signature_columns(self.model, self.label_names)
-        return self._signature_columns
+
+    def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
+        """``dataset`` (a ``datasets.Dataset``) without the columns the model's forward does not take."""
+        from .data import remove_unused_columns
+
+        return remove_unused_columns(self, dataset, description)
+
+    def _get_collator_with_removed_columns(self, data_collator: Callable[[list[Any]], Any],
+                                           description: str | None = None) -> Callable[[list[Any]], Any]:
+        """``data_collator`` wrapped so that each example loses the keys the model's forward does not take."""
+        from .data import collator_with_removed_columns
+
+        return collator_with_removed_columns(self, data_collator, description)
 
     def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
         """A DataLoader over ``dataset`` (see :func:`trainwell.trainer.data.trainer_dataloader`)."""
@@ -371,6 +387,8 @@ class Trainer:
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
         """Forward and backward on one micro-batch; returns the detached loss (already divided for accumulation)."""
+        if not (model.training and self.model.training):  # as upstream's model.train() (a callback or a save, e.g.
+            model.train()  # sentence-transformers' encode, left eval mode), without walking every module each step
         inputs = self._prepare_inputs(inputs)
         # An override written for the older upstream signature (no num_items_in_batch) still works; its loss is a
         # per-micro-batch mean, so it is divided like any other.
@@ -718,9 +736,29 @@ class Trainer:
         """
         self._tw_checkpoints.save_model(output_dir, _internal_call=_internal_call)
 
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Write the weights, config, processing class (else ``data_collator.tokenizer``) and ``training_args.bin``
+        into ``output_dir``; ``save_model`` and every checkpoint call it (a checkpoint's into its temporary folder,
+        which is then checksummed and committed, whatever files an override writes)."""
+        self._tw_checkpoints.write_model_files(output_dir if output_dir is not None else self.args.output_dir,
+                                               state_dict)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """Write ``optimizer.pt`` and ``scheduler.pt`` into a checkpoint's (temporary) folder ``output_dir``."""
+        self._tw_checkpoints.save_optimizer_and_scheduler(output_dir)
+
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        """Load the model weights of the checkpoint folder ``resume_from_checkpoint`` (into ``model`` if given)."""
+        """Load the model weights of the checkpoint folder ``resume_from_checkpoint`` (into ``model`` if given); a
+        peft model's adapters with ``load_adapter(..., is_trainable=True)``. A resume calls it."""
         self._tw_checkpoints.load_weights(resume_from_checkpoint, model)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Load the optimizer and scheduler states of ``checkpoint`` (validated first); a resume calls it."""
+        self._tw_checkpoints.load_optimizer_and_scheduler(checkpoint)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Restore this process's random streams from ``checkpoint``; a resume calls it."""
+        self._tw_checkpoints.load_rng_state(checkpoint)
 
     def _load_best_model(self) -> None:
         """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
