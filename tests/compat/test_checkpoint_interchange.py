@@ -65,15 +65,21 @@ class Net(nn.Module):
 IN_EPOCH = dict(dropout=0.2, samples=29, steps=dict(max_steps=6))
 # Across epochs, no dropout: 13 samples = 4 batches per epoch (last of 1), 2 epochs = 8 steps.
 ACROSS_EPOCHS = dict(dropout=0.0, samples=13, steps=dict(num_train_epochs=2))
-# The default weight_decay 0: trainwell runs upstream's two equal parameter groups as one, saved as upstream's two.
+# The default weight_decay 0: upstream's two parameter groups with equal hyper-parameters.
 NO_WEIGHT_DECAY = dict(ACROSS_EPOCHS, weight_decay=0.0)
-SETUPS = {"in_epoch_dropout": IN_EPOCH, "across_epochs": ACROSS_EPOCHS, "no_weight_decay": NO_WEIGHT_DECAY}
+# LoRA-like: only weights train (the biases are frozen), so upstream's no-decay group is empty: groups [2, 0].
+LORA_LIKE = dict(ACROSS_EPOCHS, frozen_biases=True)
+SETUPS = {"in_epoch_dropout": IN_EPOCH, "across_epochs": ACROSS_EPOCHS, "no_weight_decay": NO_WEIGHT_DECAY,
+          "lora_like": LORA_LIKE}
 
 
 def train(lib: Any, out: Path, setup: dict, resume: Any = None, **overrides: Any) -> tuple[Any, Net]:
     """Train with ``lib`` (``transformers`` or ``trainwell``); returns (trainer, model)."""
     torch.manual_seed(0)
     model = Net(setup["dropout"])
+    if setup.get("frozen_biases"):
+        for name, param in model.named_parameters():
+            param.requires_grad_(not name.endswith("bias"))
     extra = {"report_to": "none", "use_cpu": True} if lib is transformers else {}
     kwargs = dict(output_dir=str(out), per_device_train_batch_size=4, learning_rate=0.05, save_steps=3,
                   logging_steps=1, seed=7, disable_tqdm=True, warmup_steps=2,
@@ -230,6 +236,22 @@ def test_trainwell_files_are_what_upstream_reads(trainwell_runs):
     np.random.set_state(rng["numpy"])
     scheduler = torch.load(folder / "scheduler.pt", weights_only=True)
     assert scheduler["last_epoch"] == 3 and scheduler["_step_count"] == 4
+
+
+def test_both_write_upstreams_parameter_groups_with_the_empty_one(upstream_runs, trainwell_runs):
+    """optimizer.pt and scheduler.pt have the same groups from both libraries: a LoRA-like model's [2, 0]."""
+    layouts = {}
+    for lib, runs in (("upstream", upstream_runs), ("trainwell", trainwell_runs)):
+        for name in ("lora_like", "no_weight_decay"):
+            folder = runs[name][0] / "checkpoint-3"
+            optimizer = torch.load(folder / "optimizer.pt", weights_only=True)
+            schedule = torch.load(folder / "scheduler.pt", weights_only=True)
+            layouts[lib, name] = ([g["params"] for g in optimizer["param_groups"]],
+                                  [g["weight_decay"] for g in optimizer["param_groups"]], sorted(optimizer["state"]),
+                                  len(schedule["base_lrs"]))
+    assert layouts["upstream", "lora_like"] == layouts["trainwell", "lora_like"] == ([[0, 1], []], [0.1, 0.0], [0, 1], 2)
+    assert layouts["upstream", "no_weight_decay"] == layouts["trainwell", "no_weight_decay"] == (
+        [[0, 1], [2, 3]], [0.0, 0.0], [0, 1, 2, 3], 2)
 
 
 # --------------------------------------------------------------------------------------- a finished run
