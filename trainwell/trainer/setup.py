@@ -124,6 +124,11 @@ def _bitsandbytes_quantized(model: Any) -> bool:
     return any(type(p).__name__ in ("Params4bit", "Int8Params") for p in model.parameters())
 
 
+def is_bitsandbytes_quantized(model: nn.Module) -> bool:
+    """Whether ``model`` holds bitsandbytes 4/8-bit weights (it is never moved with ``.to``, as upstream)."""
+    return _bitsandbytes_quantized(model)
+
+
 def check_quantized_model(model: nn.Module) -> None:
     """Refuse, with the cause and the fix, a model loaded in 4/8-bit (``BitsAndBytesConfig``, or prepared with peft's
     ``prepare_model_for_kbit_training`` after such a load) where bitsandbytes cannot run: its forward would fail at
@@ -131,8 +136,11 @@ def check_quantized_model(model: nn.Module) -> None:
     if not _bitsandbytes_quantized(model):
         return
     try:
-        import bitsandbytes  # noqa: F401
-    except ImportError as err:
+        from bitsandbytes import cextension
+
+        if "Mock" in type(getattr(cextension, "lib", None)).__name__:  # no native library for this machine
+            raise ImportError(f"bitsandbytes found no native library (backend {cextension.BNB_BACKEND!r})")
+    except (ImportError, AttributeError) as err:
         raise ValueError(
             f"{type(model).__name__} is loaded in 4/8-bit (bitsandbytes quantization, e.g. load_in_4bit / "
             "BitsAndBytesConfig, prepared with prepare_model_for_kbit_training) but bitsandbytes cannot run here "

@@ -34,7 +34,7 @@ from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalLoopOutput, Predic
 from . import run
 from .checkpoints import TrainerCheckpoints
 from .setup import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
-                    initial_model)
+                    initial_model, is_bitsandbytes_quantized)
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
@@ -169,7 +169,9 @@ class Trainer:
         check_quantized_model(model)
         self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
                                       getattr(model, "model_parallel", False))
-        self.place_model_on_device = self.args.place_model_on_device and not self.is_model_parallel
+        # a bitsandbytes 4/8-bit model is placed when it is loaded (.to raises on it), as upstream
+        self.place_model_on_device = (self.args.place_model_on_device and not self.is_model_parallel
+                                      and not is_bitsandbytes_quantized(model))
         self.model = model.to(self.args.device) if self.place_model_on_device else model
         self.model_wrapped = self.model
         params = forward_parameters(self.model)
