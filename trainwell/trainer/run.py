@@ -20,6 +20,7 @@ from torch import nn
 from ..callbacks.state import TrainerControl, TrainerState
 from ..loops import train_hooks
 from ..utils import reporting
+from ..utils.overrides import call_override
 from ..utils.model_utils import compile_model, enable_gradient_checkpointing, is_causal_lm, unwrap_model
 from ..utils.trainer_utils import TrainOutput
 
@@ -89,8 +90,10 @@ def prepare_for_training(trainer: Trainer, max_steps: int) -> nn.Module:
     return wrapped
 
 
-def log_training_window(trainer: Trainer, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
-    """Log the mean loss of the steps since the last log, the gradient norm and the learning rate."""
+def log_training_window(trainer: Trainer, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
+                        start_time: float | None = None) -> None:
+    """Log the mean loss of the steps since the last log, the gradient norm and the learning rate (through
+    ``trainer.log(logs, start_time)``, as upstream; an override of the older ``log(logs)`` gets ``logs`` only)."""
     steps = trainer.state.global_step - trainer._tw_loop.last_logged_step
     window = trainer._tw_loop.close_window(trainer.state.global_step)
     if not math.isfinite(window) and not trainer._tw_warned_non_finite:
@@ -105,7 +108,7 @@ def log_training_window(trainer: Trainer, tr_loss: torch.Tensor, grad_norm: torc
         logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
     logs["learning_rate"] = trainer._logged_learning_rate()
     trainer.store_flos()
-    trainer.log(logs)
+    call_override(trainer, "log", logs, start_time=start_time)
 
 
 def is_new_best(trainer: Trainer, metrics: dict[str, float] | None) -> bool:

@@ -535,7 +535,7 @@ class Trainer:
                                  start_time: float | None = None) -> None:
         """Log, evaluate and save as ``self.control`` asks (in that order)."""
         if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
-            self._log_training_window(tr_loss, grad_norm)
+            self._log_training_window(tr_loss, grad_norm, start_time)
         metrics = None
         if self.control.should_evaluate:
             try:
@@ -555,8 +555,9 @@ class Trainer:
             call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
-    def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None) -> None:
-        run.log_training_window(self, tr_loss, grad_norm)
+    def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
+                             start_time: float | None = None) -> None:
+        run.log_training_window(self, tr_loss, grad_norm, start_time)
 
     @property
     def _total_loss_scalar(self) -> float:
