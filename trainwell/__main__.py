@@ -1,5 +1,5 @@
 """``python -m trainwell`` runs the ``trainwell`` command."""
 
-from .cli.main import main
+from .cli.main import console_main
 
-raise SystemExit(main())
+raise SystemExit(console_main())

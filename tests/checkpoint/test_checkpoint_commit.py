@@ -72,3 +72,28 @@ def test_without_xxhash_the_marker_uses_blake2b_and_still_verifies(tmp_path, mon
     (final / "optimizer.pt").write_bytes(bytes(data))
     with pytest.raises(layout.CheckpointError, match="optimizer.pt: the file's blake2b_128 checksum"):
         CheckpointManager(tmp_path).verify(final)
+
+
+@pytest.mark.parametrize("phase", ["own files", "engine files"])
+def test_an_interrupt_during_the_save_removes_the_temporary_folder(tmp_path, phase):
+    """A second Ctrl-C while a checkpoint is written raises KeyboardInterrupt inside the save: the process leaves, and
+    its ``.tmp-checkpoint-*`` folder (as large as the checkpoint) goes with it; the earlier checkpoint stays."""
+    from trainwell.checkpoint.commit import commit_checkpoint
+    from trainwell.checkpoint.ranks import Ranks
+
+    def write(tmp: Path) -> None:
+        (tmp / "model.safetensors").write_bytes(b"x" * 1024)
+        if phase == "own files":
+            raise KeyboardInterrupt
+
+    def engine(tmp: Path) -> None:
+        (tmp / "engine.bin").write_bytes(b"y" * 1024)
+        raise KeyboardInterrupt
+
+    earlier = commit_checkpoint(tmp_path / "checkpoint-4", 4, Ranks(0, 1), should_save=True,
+                                write_files=lambda tmp: (tmp / "model.safetensors").write_bytes(b"ok"))
+    with pytest.raises(KeyboardInterrupt):
+        commit_checkpoint(tmp_path / "checkpoint-8", 8, Ranks(0, 1), should_save=True, write_files=write,
+                          engine_save=engine if phase == "engine files" else None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4"]
+    assert layout.is_complete(earlier) and (earlier / "model.safetensors").read_bytes() == b"ok"

@@ -56,11 +56,13 @@ def test_a_fresh_cli_run_into_a_used_folder_is_refused_and_overwrite_starts_over
     assert _digest(out / "model.safetensors") == model  # nothing of the first run was touched
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
 
+    (out / "training_curves.png").write_bytes(b"\x89PNG old run's curves")  # what `trainwell plot` left
     over = _cli("--output_dir", str(out), "--max_steps", "2", "--overwrite_output_dir")
     assert over.returncode == 0, over.stderr
     assert f"trainwell: --overwrite_output_dir: starting over in {out}" in over.stderr
     assert _summary_checkpoint(over.stdout) == str(out / "checkpoint-2")  # its own, never checkpoint-4
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert not (out / "training_curves.png").exists()  # the old run's plot went with it
     assert "checkpoint-4" not in (out / "train.log").read_text() + (out / "trainer_state.json").read_text()
 
     resumed = _cli("--output_dir", str(out), "--max_steps", "3", "--save_steps", "3", "--eval_steps", "3",

@@ -14,7 +14,8 @@
    (e.g. a rank's file not visible where the marker is written) raises on every rank.
 
 Nothing is written into a folder after its marker. A kill at any point leaves the earlier checkpoints intact and at
-most a ``.tmp-`` folder, which the next ``train()`` removes.
+most a ``.tmp-`` folder, which the next ``train()`` removes; an interrupt the process survives long enough to
+handle (a second Ctrl-C during the save) removes the temporary folder at once.
 
 Test hook: with the environment variable ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>[,...]`` the process of that
 rank SIGKILLs itself at that phase of the save of ``checkpoint-<step>``. Phases, in order: ``files`` (its own files
@@ -109,6 +110,20 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
         if tmp.exists():  # our own name: a left-over of this very process (a save retried after an error)
             shutil.rmtree(tmp)
         tmp.mkdir()
+    try:
+        return _write_and_seal(final, tmp, step, ranks, should_save=should_save, write_files=write_files,
+                               engine_save=engine_save)
+    except BaseException as exc:
+        # A KeyboardInterrupt (a second Ctrl-C while the checkpoint is written) or a SystemExit is not an error the
+        # ranks report to each other: it leaves this process now, and takes its temporary folder with it.
+        if should_save and not isinstance(exc, Exception):
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_and_seal(final: Path, tmp: Path, step: int, ranks: Ranks, *, should_save: bool,
+                    write_files: Callable[[Path], None], engine_save: Callable[[Path], None] | None) -> Path:
+    """Steps 2 to 4 of the protocol: from the barrier after the temporary folder exists to the rename."""
     ranks.barrier()
     error: BaseException | None = None
     with digest.recording() as written:
@@ -139,10 +154,6 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
             test_hook("renamed", step, ranks.rank)
     except Exception as err:  # every rank learns the outcome below, so none waits for a rank that gave up
         sealed = err
-    except BaseException:
-        if should_save:
-            shutil.rmtree(tmp, ignore_errors=True)
-        raise
     outcomes = ranks.gather(None if sealed is None else f"{type(sealed).__name__}: {sealed}")
     if sealed is None and any(outcomes):
         sealed = CheckpointError(f"saving {final.name} failed on another rank: "

@@ -106,6 +106,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2 if usage else 1
 
 
+def console_main() -> int:
+    """The ``trainwell`` executable and ``python -m trainwell``: :func:`main`, then a quiet exit.
+
+    Once the command has returned (its checkpoint saved, its resume line printed), a further Ctrl-C could only
+    interrupt the interpreter's shutdown and print a traceback after that line: it is ignored from then on.
+    """
+    status = main()
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return status
+
+
 DEBUG_ENV = "TRAINWELL_DEBUG"
 
 
@@ -248,11 +261,20 @@ def run_train(argv: list[str]) -> int:
     args = parse_training_args(recipe.args, flags)
     check_deepspeed_config(args)
     check_output_dir(args)
-    return run_recipe(recipe, args, argv)
+    from .closed_output import output_may_close
+
+    try:
+        with output_may_close():  # `trainwell train | head -3` must not end the run
+            return run_recipe(recipe, args, argv)
+    except KeyboardInterrupt:  # a second Ctrl-C: out now, but say where the run can go on from
+        print(f"{PROG}: interrupted; {_newest_checkpoint_and_resume(args, argv)}", file=sys.stderr)
+        return SIGNAL_EXIT_STATUS["SIGINT"]
 
 
 #: Files at the top of an output_dir that a finished run leaves (its final model and state).
 _RUN_FILES = ("model.safetensors", "pytorch_model.bin", "trainer_state.json", "all_results.json")
+#: Files the commands write next to a run (``trainwell plot``'s curves): removed with the run by --overwrite_output_dir.
+_RUN_SIDE_FILES = ("training_curves.png",)
 
 
 def check_output_dir(args: Any) -> None:
@@ -283,7 +305,7 @@ def check_output_dir(args: Any) -> None:
 
     for folder in own:
         shutil.rmtree(folder)
-    for name in (*_RUN_FILES, "train.log"):
+    for name in (*_RUN_FILES, *_RUN_SIDE_FILES, "train.log"):
         if (root / name).is_file():
             (root / name).unlink()
     kept = f"; kept checkpoint folders trainwell did not write: {[p.name for p in foreign]}" if foreign else ""
@@ -345,7 +367,14 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     use_plain_progress(trainer)
     trainer.add_callback(LogFileCallback())
     trainer._tw_checkpoints.preemption_hint = None  # the CLI prints its own resume command (_report_preemption)
-    result = trainer.train(resume_from_checkpoint=_resume_value(args))
+    resume = _resume_value(args)
+    from .finished_run import nothing_left_to_train
+
+    finished = nothing_left_to_train(args, resume)
+    if finished is not None:
+        print(f"{PROG}: {finished}", file=sys.stderr)
+        return 0
+    result = trainer.train(resume_from_checkpoint=resume)
     if trainer.preempted:
         return _report_preemption(trainer, argv)
     trainer.save_metrics("train", result.metrics)
@@ -387,21 +416,36 @@ def use_plain_progress(trainer: Any, stream: Any = None) -> None:
         trainer.add_callback(PlainProgressCallback(stream=stream))
 
 
-def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
-    """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
+def _resume_command(argv: Sequence[str]) -> str:
+    """``trainwell train ARGV`` with its resume flag replaced by ``--resume_from_checkpoint auto``."""
     import shlex
 
-    signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
     kept: list[str] = []
     skip = False
-    for arg in argv:  # the same command, with the resume flag replaced
+    for arg in argv:
         if skip:
             skip = False
         elif arg == "--resume_from_checkpoint":
             skip = True
         elif not arg.startswith("--resume_from_checkpoint="):
             kept.append(arg)
-    command = shlex.join(["trainwell", "train", *kept, "--resume_from_checkpoint", "auto"])
+    return shlex.join(["trainwell", "train", *kept, "--resume_from_checkpoint", "auto"])
+
+
+def _newest_checkpoint_and_resume(args: Any, argv: Sequence[str]) -> str:
+    """Where an interrupted run can go on from: its newest complete checkpoint and the command, or that none is."""
+    from ..checkpoint.layout import list_complete_checkpoints
+
+    complete = list_complete_checkpoints(args.output_dir) if os.path.isdir(args.output_dir) else []
+    if not complete:
+        return f"no complete checkpoint in {args.output_dir}; the same command starts over"
+    return f"newest complete checkpoint {complete[-1]}; resume with: {_resume_command(argv)}"
+
+
+def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
+    """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
+    signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
+    command = _resume_command(argv)
     checkpoint = trainer._tw_checkpoints.of_this_run()
     where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint saved" + (
         " (--save_strategy no)" if trainer.args.save_strategy == "no" else "")
