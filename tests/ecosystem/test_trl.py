@@ -1,0 +1,52 @@
+"""TRL on trainwell: ``SFTTrainer`` (text data, and with a LoRA ``peft_config``) and ``DPOTrainer`` (with a
+``ref_model``) log the same values at every step as on ``transformers.Trainer`` (same optimizer, ``adamw_torch``),
+and the folder each saves loads with its library's loader.
+
+The model is a two-layer Llama with a word-level tokenizer built offline (tests/ecosystem/world.py); each side runs
+in a process of its own (tests/ecosystem/parity.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("transformers")
+
+from parity import largest_difference, run_both  # noqa: E402
+from world import build_tiny_llama  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_tiny_llama(tmp_path_factory.mktemp("tiny_llama")))
+
+
+def test_sft_on_text_matches_upstream_through_trainwell_run(model_dir, tmp_path):
+    runs = run_both("trl_job.py", ["sft", model_dir], tmp_path, route="run")
+    assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5
+    assert "trainwell Trainer under trl.SFTTrainer" in runs["output"]
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(str(runs["folder"]["trainwell"] / "final"))
+
+
+def test_sft_with_peft_config_matches_upstream_through_the_patch(model_dir, tmp_path):
+    runs = run_both("trl_job.py", ["sft_peft", model_dir], tmp_path, route="patch")
+    assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5
+    from peft import AutoPeftModelForCausalLM
+
+    model = AutoPeftModelForCausalLM.from_pretrained(str(runs["folder"]["trainwell"] / "final"))
+    assert "lora_A" in " ".join(name for name, _ in model.named_parameters())
+
+
+def test_dpo_with_a_ref_model_matches_upstream(model_dir, tmp_path):
+    runs = run_both("trl_job.py", ["dpo", model_dir], tmp_path, route="run")
+    assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5
+    assert "trainwell Trainer under trl.DPOTrainer" in runs["output"]
+    assert any("rewards/margins" in entry for entry in runs["trainwell"])
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(str(runs["folder"]["trainwell"] / "final"))
