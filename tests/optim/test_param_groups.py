@@ -143,6 +143,16 @@ def test_get_optimizer_cls_and_kwargs_is_upstreams_static_hook(tmp_path):
     assert isinstance(trainwell.Trainer.__dict__["get_optimizer_cls_and_kwargs"], staticmethod)
 
 
+def test_optimizer_hooks_have_upstreams_signatures():
+    import inspect
+
+    transformers = pytest.importorskip("transformers")
+    for name in ("create_optimizer", "get_optimizer_cls_and_kwargs", "get_optimizer_group"):
+        ours = list(inspect.signature(getattr(trainwell.Trainer, name)).parameters)
+        theirs = list(inspect.signature(getattr(transformers.Trainer, name)).parameters)
+        assert ours == theirs, name
+
+
 def test_an_overriding_subclass_gets_its_class_and_kwargs_used(tmp_path):
     seen = []
 
