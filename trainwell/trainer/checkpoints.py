@@ -5,8 +5,10 @@
 (``_save_checkpoint``, ``save_model``, ``_load_best_model``, ``_rotate_checkpoints``...) delegate to it. What changes
 while training (state, model, optimizer, callbacks) it reads from the Trainer through :class:`CheckpointHost`, and
 where upstream calls an overridable method (``_save_checkpoint``, ``push_to_hub``, ``_push_from_checkpoint``) it calls
-the Trainer's, so that a subclass's override is reached. The file work itself (atomic folders, validation, rotation,
-RNG) is :mod:`trainwell.checkpoint`.
+the Trainer's, so that a subclass's override is reached (a checkpoint's files are written by the Trainer's ``_save``
+and ``_save_optimizer_and_scheduler``, a resume loads through ``_load_from_checkpoint``,
+``_load_optimizer_and_scheduler`` and ``_load_rng_state``; what they do by default is :mod:`.saving`). The file work
+itself (atomic folders, validation, rotation, RNG) is :mod:`trainwell.checkpoint`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import nn
 
-from ..backends.base import Backend, WeightsNotGathered
+from ..backends.base import Backend
 from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
@@ -464,67 +466,6 @@ class TrainerCheckpoints:
             state_dict = state_dict.materialize()
         self._trainer._save(str(folder), state_dict=state_dict)
 
-    def write_model_files(self, output_dir: str | os.PathLike, state_dict: Any = None) -> None:
-        """The default ``_save``: the weights (``save_pretrained`` for a transformers/peft model, else
-        ``model.safetensors``), the processing class (else ``data_collator.tokenizer``, as upstream) and
-        ``training_args.bin`` into ``output_dir``. Only the saving process writes."""
-        from ..checkpoint.digest import torch_save
-        from ..checkpoint.layout import TRAINING_ARGS_NAME
-        from ..checkpoint.weights import save_model_weights
-
-        if not self.args.should_save:
-            drain = getattr(state_dict, "drain", None)
-            if drain is not None:  # every rank takes part in each gather of streamed weights
-                drain()
-            return
-        os.makedirs(output_dir, exist_ok=True)
-        logger.info("Saving model checkpoint to %s", output_dir)
-        save_model_weights(unwrap_model(self._trainer.model), output_dir,
-                           safe_serialization=self.args.save_safetensors, state_dict=state_dict)
-        self.save_processing_class(output_dir)
-        torch_save(self.args, Path(output_dir) / TRAINING_ARGS_NAME)
-
-    def save_processing_class(self, output_dir: str | os.PathLike) -> None:
-        """``processing_class.save_pretrained(output_dir)``; without one, the data collator's tokenizer (upstream)."""
-        trainer = self._trainer
-        saver = trainer.processing_class
-        if saver is None:
-            saver = getattr(trainer.data_collator, "tokenizer", None)
-            if saver is not None:
-                logger.info("Saving Trainer.data_collator.tokenizer by default as Trainer.processing_class is None")
-        if saver is not None and hasattr(saver, "save_pretrained"):
-            saver.save_pretrained(str(output_dir))
-
-    def save_optimizer_and_scheduler(self, output_dir: str | os.PathLike) -> None:
-        """The default ``_save_optimizer_and_scheduler``: ``optimizer.pt`` (unless a sharded backend saves it with
-        its engine files) and ``scheduler.pt``, by the saving process."""
-        from ..checkpoint.manager import write_optimizer_and_scheduler
-
-        if not self.args.should_save:
-            return
-        trainer = self._trainer
-        optimizer = None if self.backend.caps.sharded_state else trainer.optimizer
-        write_optimizer_and_scheduler(Path(output_dir), optimizer, trainer.lr_scheduler)
-
-    def _loading_contents(self) -> CheckpointContents:
-        from ..checkpoint.manager import CheckpointContents
-
-        trainer = self._trainer
-        return CheckpointContents(model=unwrap_model(trainer.model), optimizer=None if self.backend.caps.sharded_state
-                                  else trainer.optimizer, scheduler=trainer.lr_scheduler)
-
-    def load_optimizer_and_scheduler(self, checkpoint: str | os.PathLike | None) -> None:
-        """The default ``_load_optimizer_and_scheduler``: the states a resume already validated (or, called on its
-        own, read and validated now) loaded into the optimizer and scheduler."""
-        if checkpoint is not None:
-            self.manager.apply_optimizer_and_scheduler(checkpoint, self._loading_contents())
-
-    def load_rng_state(self, checkpoint: str | os.PathLike | None) -> None:
-        """The default ``_load_rng_state``: this rank's random streams restored from ``checkpoint``."""
-        if checkpoint is not None and not self.manager.apply_rng(checkpoint):
-            logger.info("No RNG file for process %d in %s: the random streams are not restored",
-                        self.args.process_index, checkpoint)
-
     def wait(self) -> None:
         """Wait for an asynchronous save in flight; raise its failure (a no-op without ``async_save``)."""
         if self.async_saver is not None:
@@ -640,55 +581,6 @@ class TrainerCheckpoints:
             if bar is not None:
                 bar.close()
                 callback.training_bar = None
-
-    # ------------------------------------------------------------------------------------------------ weights
-    def load_best_model(self) -> None:
-        """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
-        state = self._trainer.state
-        best = state.best_model_checkpoint
-        if not best or not Path(best).is_dir():
-            logger.warning("load_best_model_at_end: the best checkpoint %s is missing; keeping the last weights", best)
-            return
-        logger.info("Loading best model from %s (score: %s).", best, state.best_metric)
-        self.load_weights(best)
-
-    def load_weights(self, folder: str | os.PathLike, model: nn.Module | None = None) -> None:
-        """Load the model weights saved in ``folder`` into ``model`` (default: the Trainer's), strictly; a peft
-        model's adapters (``adapter_model.safetensors``) with ``load_adapter(..., is_trainable=True)``."""
-        from ..checkpoint.weights import load_checkpoint_weights
-
-        load_checkpoint_weights(unwrap_model(model if model is not None else self._trainer.model), folder, strict=True)
-
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """Save the model weights (``model.safetensors``, sharded above 5GB), the arguments and the processing class.
-
-        A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
-        """
-        from ..checkpoint.layout import TRAINING_ARGS_NAME
-
-        trainer = self._trainer
-        output_dir = output_dir or self.args.output_dir
-        try:  # a sharded model is gathered one tensor at a time while the writing rank writes it
-            weights = self.backend.stream_state_dict(model_save=True) if self.backend.caps.sharded_state else None
-        except WeightsNotGathered as err:  # ZeRO-3 without stage3_gather_16bit_weights_on_model_save (seed 001)
-            logger.warning("%s", err)
-            self.backend.save(Path(output_dir))  # the engine's checkpoint, written by every rank
-            weights = False
-        if not self.args.should_save:
-            if weights:
-                weights.drain()  # every rank takes part in each gather
-            if self.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
-                trainer.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
-            return
-        os.makedirs(output_dir, exist_ok=True)
-        if weights is not False:
-            self._call_save(Path(output_dir), weights)  # the Trainer's _save (a subclass's override), as upstream
-        else:  # the engine's checkpoint holds the weights; the rest of what _save writes
-            self.save_processing_class(output_dir)
-            torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
-        if self.args.push_to_hub and not _internal_call:
-            trainer.push_to_hub(commit_message="Model save", revision=self.args.hub_revision)
-
 
 __all__ = ["CheckpointHost", "TrainerCheckpoints", "TRAINER_STATE_NAME", "PREEMPTION_SYNC_STEPS"]
 

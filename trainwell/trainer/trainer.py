@@ -31,7 +31,7 @@ from ..utils import reporting
 from ..utils.overrides import accepts, call_override
 from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
                                    enable_full_determinism, set_seed)
-from . import run
+from . import run, saving
 from .checkpoints import TrainerCheckpoints
 from .setup import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
                     initial_model, is_bitsandbytes_quantized)
@@ -737,35 +737,35 @@ class Trainer:
 
         A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
         """
-        self._tw_checkpoints.save_model(output_dir, _internal_call=_internal_call)
+        saving.save_model(self._tw_checkpoints, output_dir, _internal_call=_internal_call)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Write the weights, config, processing class (else ``data_collator.tokenizer``) and ``training_args.bin``
         into ``output_dir``; ``save_model`` and every checkpoint call it (a checkpoint's into its temporary folder,
         which is then checksummed and committed, whatever files an override writes)."""
-        self._tw_checkpoints.write_model_files(output_dir if output_dir is not None else self.args.output_dir,
-                                               state_dict)
+        saving.write_model_files(self._tw_checkpoints, output_dir if output_dir is not None else self.args.output_dir,
+                                 state_dict)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """Write ``optimizer.pt`` and ``scheduler.pt`` into a checkpoint's (temporary) folder ``output_dir``."""
-        self._tw_checkpoints.save_optimizer_and_scheduler(output_dir)
+        saving.save_optimizer_and_scheduler(self._tw_checkpoints, output_dir)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Load the model weights of the checkpoint folder ``resume_from_checkpoint`` (into ``model`` if given); a
         peft model's adapters with ``load_adapter(..., is_trainable=True)``. A resume calls it."""
-        self._tw_checkpoints.load_weights(resume_from_checkpoint, model)
+        saving.load_weights(self._tw_checkpoints, resume_from_checkpoint, model)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Load the optimizer and scheduler states of ``checkpoint`` (validated first); a resume calls it."""
-        self._tw_checkpoints.load_optimizer_and_scheduler(checkpoint)
+        saving.load_optimizer_and_scheduler(self._tw_checkpoints, checkpoint)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         """Restore this process's random streams from ``checkpoint``; a resume calls it."""
-        self._tw_checkpoints.load_rng_state(checkpoint)
+        saving.load_rng_state(self._tw_checkpoints, checkpoint)
 
     def _load_best_model(self) -> None:
         """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
-        self._tw_checkpoints.load_best_model()
+        saving.load_best_model(self._tw_checkpoints)
 
     def _sorted_checkpoints(self, output_dir: str | None = None, checkpoint_prefix: str = PREFIX_CHECKPOINT_DIR,
                             use_mtime: bool = False) -> list[str]:
