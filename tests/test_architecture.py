@@ -225,8 +225,6 @@ LONG_MODULES: dict[str, str] = {
 LONG_FUNCTIONS: dict[str, str] = {
     "loops/train_loop.py:run_training": "the optimizer step reads top to bottom in one function (63 lines since the "
                                         "speed work merged; the order of the step is documented once, there)",
-    "checkpoint/commit.py:commit_checkpoint": "the multi-rank commit protocol, one transaction read top to bottom "
-                                              "(write, barrier, record, seal, rename)",
     "trainer/trainer.py:Trainer.__init__": "upstream's constructor arguments, checked in upstream's order; its "
                                           "parts are being split out (issue 20)",
 }

@@ -61,6 +61,9 @@ DATA_STATE_NAME = "data_state.json"
 # promoted back when the new folder never arrived) or ".tmp-checkpoint-12-4242.del" (one being deleted by rotation:
 # never promoted, only removed).
 _re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-(\d+)(\.old|\.del)?$")
+# ".tmp-universal-global_step6-4242": DeepSpeed's universal conversion of a checkpoint resumed on another number of
+# processes (trainwell.backends.deepspeed.universal), by process 4242; never promoted, only removed when that died.
+_re_tmp_conversion = re.compile(r"^\.tmp-universal-(.+)-(\d+)$")
 
 # errnos of a directory fsync that mean "this file system cannot fsync a directory" (ignored); any other error
 # (EIO above all) means the rename may not be durable and is raised.
@@ -162,7 +165,8 @@ def _dead_temp_folders(root: Path, stale_pids: frozenset[int] = frozenset()) -> 
 
 
 def list_incomplete(output_dir: str | os.PathLike, *, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
-    """Left-overs of interrupted trainwell saves: ``.tmp-checkpoint-<step>-<pid>`` folders of dead processes.
+    """Left-overs of interrupted trainwell saves and conversions: ``.tmp-checkpoint-<step>-<pid>`` and
+    ``.tmp-universal-<tag>-<pid>`` (a DeepSpeed checkpoint converted to resume on another size) of dead processes.
 
     A temporary folder of a live process (a save in progress) and every ``checkpoint-<step>`` folder are left out;
     ``stale_pids``: pids known to have no save in flight although alive (see :func:`cleanup_incomplete`).
@@ -170,7 +174,17 @@ def list_incomplete(output_dir: str | os.PathLike, *, stale_pids: frozenset[int]
     root = Path(output_dir)
     if not root.is_dir():
         return []
-    return [path for path, _ in _dead_temp_folders(root, stale_pids)]
+    return [path for path, _ in _dead_temp_folders(root, stale_pids)] + _dead_conversions(root, stale_pids)
+
+
+def _dead_conversions(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
+    """DeepSpeed universal conversions (``.tmp-universal-<tag>-<pid>``) whose converting process is gone."""
+    found = []
+    for child in sorted(root.iterdir()):
+        match = _re_tmp_conversion.match(child.name)
+        if match and child.is_dir() and (int(match.group(2)) in stale_pids or not pid_alive(int(match.group(2)))):
+            found.append(child)
+    return found
 
 
 def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[Path]:

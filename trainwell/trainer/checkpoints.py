@@ -182,7 +182,8 @@ class TrainerCheckpoints:
             if self.args.should_save:
                 removed = cleanup_incomplete(self.args.output_dir, at_startup=True)
                 if removed:
-                    logger.warning("Removed incomplete checkpoint folders left by an interrupted save: %s",
+                    logger.warning("Removed incomplete checkpoint folders left by an interrupted save or DeepSpeed "
+                                   "conversion: %s",
                                    [str(p) for p in removed])
             self._wait_for_cleanup()
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
