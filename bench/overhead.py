@@ -118,7 +118,12 @@ def linear_warmup(warmup: int, total: int) -> Callable[[int], float]:
 def run_hand(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> float:
     """The hand-written loop; returns the mean training loss over all steps."""
     fused = {"fused": True} if cfg.optim == "adamw_torch_fused" else {}
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, **fused)
+    # the two parameter groups every Trainer-style loop builds (as transformers' *_no_trainer examples do): weights
+    # with weight decay, biases without; equal work to the Trainer's optimizer, whose groups users index
+    decay = [p for name, p in model.named_parameters() if not name.endswith("bias")]
+    no_decay = [p for name, p in model.named_parameters() if name.endswith("bias")]
+    groups = [{"params": decay, "weight_decay": 0.0}, {"params": no_decay, "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate, weight_decay=0.0, **fused)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup(cfg.warmup_steps, cfg.steps))
     model.train()
     step, epoch, total = 0, 0, torch.zeros(())

@@ -23,9 +23,9 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Measured with torch 2.13 (CPU): hand loop 8164 bytecodes per step, trainwell 8113 (-0.6%; 8539, +4.6%, while the
-# Trainer ran upstream's two equal parameter groups as two torch groups: about 420 bytecodes of torch's optimizer and
-# schedule; 9570, +17%, before issue 19). Equal groups now run as one (trainwell.optim.group_layout).
+# Measured with torch 2.13 (CPU): hand loop 8613 bytecodes per step, trainwell 8563 (-0.6%), both with upstream's two
+# parameter groups (weights, biases), which the Trainer's optimizer keeps because users index them (with one group
+# in the hand loop, 8164: the second group is about 420 bytecodes of torch's optimizer and schedule).
 MAX_EXTRA_BYTECODES = 0.02
 # Measured: 36 trainwell modules (49 before the loops, optimizer, schedules, collators and checkpoint files were loaded
 # where used; 66 before the integrations, checkpoint I/O and samplers were); 39 with TrainingArguments' two bases
