@@ -261,11 +261,13 @@ class CheckpointManager:
 
     # -------------------------------------------------------------------------------------- rotation
 
-    def rotate(self, best_model_checkpoint: str | os.PathLike | None = None) -> list[Path]:
+    def rotate(self, best_model_checkpoint: str | os.PathLike | None = None, *,
+               keep: str | os.PathLike | None = None) -> list[Path]:
         """Delete the oldest complete checkpoints beyond ``save_total_limit``; returns the deleted folders.
 
-        The newest checkpoint and ``best_model_checkpoint`` are always kept, so a limit of 1 with a best
-        checkpoint that is not the newest keeps 2. Does nothing without a limit or when ``should_save`` is False.
+        The newest checkpoint, ``best_model_checkpoint`` and ``keep`` (the checkpoint just saved: after a resume from
+        an older checkpoint it is not the newest) are always kept, so a limit of 1 with a best checkpoint that is not
+        the newest keeps 2. Does nothing without a limit or when ``should_save`` is False.
         """
         if not self.should_save or not self.save_total_limit or self.save_total_limit <= 0:
             return []
@@ -273,8 +275,9 @@ class CheckpointManager:
         if not found:
             return []
         protected = {found[-1].resolve()}
-        if best_model_checkpoint is not None:
-            protected.add(Path(best_model_checkpoint).resolve())
+        for kept in (best_model_checkpoint, keep):
+            if kept is not None:
+                protected.add(Path(kept).resolve())
         keep_count = max(self.save_total_limit, sum(1 for p in found if p.resolve() in protected))
         deletable = [p for p in found if p.resolve() not in protected]
         doomed = deletable[: max(0, len(found) - keep_count)]

@@ -27,6 +27,7 @@ from ..backends.base import Backend
 from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
+from .output_dir import claim_output_dir, resume_advice
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ..args.fields import TrainingArguments
@@ -189,11 +190,14 @@ class TrainerCheckpoints:
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self.resume_with_fallback = resume_from_checkpoint is True
             folder = self.manager.resolve_resume(resume_from_checkpoint)
+            claim_output_dir(self.args, folder)  # a fresh run never writes over another run's checkpoints
         except BaseException:
             self.release_output_dir()
             raise
+        if resume_from_checkpoint is True and folder is not None:
+            logger.warning("resume_from_checkpoint=True: resuming from %s, the newest checkpoint of %s", folder,
+                           self.args.output_dir)
         self._warn_foreign_checkpoints(folder)
-        self._warn_earlier_run(folder)
         self.last, self.resumed_from = None, folder
         return folder
 
@@ -201,20 +205,6 @@ class TrainerCheckpoints:
         """The newest checkpoint the current ``train()`` call wrote, else the one it resumed from; never a
         checkpoint another run left in ``output_dir``."""
         return self.last or self.resumed_from
-
-    def _warn_earlier_run(self, resume_from: Path | None) -> None:
-        """A fresh run into a folder holding an earlier run's checkpoints says so loudly: they are not this run's,
-        and the newest of them stays what ``resume_from_checkpoint=True`` would pick."""
-        from ..checkpoint.layout import list_complete_checkpoints
-
-        if resume_from is not None or not self.args.should_save or not self.args.output_dir:
-            return
-        earlier = list_complete_checkpoints(self.args.output_dir)
-        if earlier and not self.args.overwrite_output_dir:
-            logger.warning("output_dir %s holds checkpoints of an earlier run (%s); this run starts from scratch and "
-                           "writes next to them, and its final model replaces that run's. Continue that run with "
-                           "train(resume_from_checkpoint=True), or use another output_dir.", self.args.output_dir,
-                           ", ".join(p.name for p in earlier[-3:]))
 
     def _wait_for_cleanup(self) -> None:
         """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder
@@ -438,7 +428,8 @@ class TrainerCheckpoints:
         if self.async_saver is not None and not self._save_overridden():  # written and rotated in the background
             best = state.best_model_checkpoint
             folder = self.async_saver.save(self.manager, step, self.contents(loop=loop, tr_loss=tr_loss),
-                                           after=lambda _: self.manager.rotate(best_model_checkpoint=best),
+                                           after=lambda saved: self.manager.rotate(best_model_checkpoint=best,
+                                                                                   keep=saved),
                                            engine_snapshot=self.backend.async_engine_snapshot)
             self.last = folder
             if self.args.push_to_hub:  # the push reads the checkpoint: wait until it is committed
@@ -453,7 +444,7 @@ class TrainerCheckpoints:
                                    engine_save=self.backend.save)
         self.last = folder
         trainer._push_from_checkpoint(folder)
-        self.manager.rotate(best_model_checkpoint=state.best_model_checkpoint)
+        self.manager.rotate(best_model_checkpoint=state.best_model_checkpoint, keep=folder)
         return folder
 
     def _save_overridden(self) -> bool:
@@ -483,7 +474,8 @@ class TrainerCheckpoints:
             manager = CheckpointManager(output_dir, save_total_limit=self.args.save_total_limit,
                                         rank=self.args.process_index, world_size=self.args.world_size,
                                         should_save=self.args.should_save)
-        return manager.rotate(best_model_checkpoint=self._trainer.state.best_model_checkpoint)
+        mine = self.of_this_run() if manager is self.manager else None  # never this run's newest checkpoint
+        return manager.rotate(best_model_checkpoint=self._trainer.state.best_model_checkpoint, keep=mine)
 
     def sorted_checkpoints(self, output_dir: str | os.PathLike | None = None, prefix: str = "checkpoint", *,
                            use_mtime: bool = False) -> list[str]:
@@ -567,7 +559,7 @@ class TrainerCheckpoints:
                 trainer.control = trainer.callback_handler.on_save(self.args, trainer.state, trainer.control)
             where = f"checkpoint saved in {folder}"
             if self.preemption_hint:
-                where += f"; {self.preemption_hint}"
+                where += f"; {resume_advice(self.args.output_dir, Path(folder))}"
         self.preempted = True
         self.preempted_by = self.preemption.signal_name
         trainer.control.should_training_stop = True
