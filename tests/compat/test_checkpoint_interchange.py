@@ -194,9 +194,11 @@ def test_a_damaged_upstream_checkpoint_is_a_clear_error_and_true_falls_back(upst
     for step in (3, 6):
         shutil.copytree(up_out / f"checkpoint-{step}", out / f"checkpoint-{step}")
     optimizer = out / "checkpoint-6" / "optimizer.pt"
-    optimizer.write_bytes(optimizer.read_bytes()[:100])  # truncated
+    intact = optimizer.read_bytes()
+    optimizer.write_bytes(intact[:100])  # truncated
     with pytest.raises(CheckpointError, match=r"checkpoint-6/optimizer\.pt: cannot read optimizer state"):
         train(trainwell, out, ACROSS_EPOCHS, resume=str(out / "checkpoint-6"))
+    optimizer.write_bytes(intact)  # one fault at a time: now the weights are missing
     (out / "checkpoint-6" / "model.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"checkpoint-6: no model weights found; expected one of model\."):
         train(trainwell, out, ACROSS_EPOCHS, resume=str(out / "checkpoint-6"))

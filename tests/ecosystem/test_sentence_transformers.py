@@ -35,10 +35,7 @@ def test_mnrl_matches_upstream_and_its_checkpoint_loads(runs):
         assert embeddings.shape == (1, 384)
 
 
-@pytest.mark.xfail(reason="trainwell's epoch loop (trainwell/loops/train_loop.py, _epoch_iterator) calls set_epoch "
-                          "on the loader's sampler, its batch sampler's sampler and the dataset, but not on the "
-                          "batch sampler itself, as accelerate's DataLoaderShard.set_epoch does: sentence-"
-                          "transformers' DefaultBatchSampler reseeds its shuffle from its own epoch, so the second "
-                          "epoch draws other batches (step 6 differs)", strict=False)
 def test_mnrl_second_epoch_matches_upstream(runs):
+    """The second epoch too: the loop tells the loader's batch sampler its epoch, as accelerate does, and
+    sentence-transformers' batch sampler reseeds its shuffle from it."""
     assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5

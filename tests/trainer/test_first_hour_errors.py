@@ -72,3 +72,12 @@ def test_no_warning_when_evaluation_is_scheduled(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="trainwell.trainer"):
         Trainer(model=Regression(), args=args, train_dataset=_data(), eval_dataset=_data(2))
     assert not [r for r in caplog.records if "eval_strategy is 'no'" in r.getMessage()]
+
+
+def test_get_tp_size_is_one_without_tensor_parallelism_and_reads_the_models(args):
+    """TRL's SFTTrainer divides by ``get_tp_size()`` with ``average_tokens_across_devices``: it must exist."""
+    model = Regression()
+    trainer = Trainer(model=model, args=args, train_dataset=_data())
+    assert trainer.get_tp_size() == 1
+    model._tp_size = 2  # what a model loaded with a tensor-parallel plan carries
+    assert trainer.get_tp_size() == 2

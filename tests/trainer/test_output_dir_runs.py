@@ -68,12 +68,13 @@ def test_overwrite_output_dir_starts_over_and_rotation_keeps_the_new_runs_checkp
 
 def test_overwrite_output_dir_never_deletes_another_tools_checkpoint(tmp_path):
     out = tmp_path / "R"
-    foreign = out / "checkpoint-4"
+    _trainer(out, 6).train()
+    foreign = out / "checkpoint-40"
     foreign.mkdir(parents=True)
     (foreign / "model.safetensors").write_bytes(b"not trainwell's")
-    with pytest.raises(OutputDirInUseError, match=r"checkpoint folders trainwell did not write \(checkpoint-4\)"):
-        _trainer(out, 2, overwrite_output_dir=True).train()
+    _trainer(out, 2, overwrite_output_dir=True, save_steps=1).train()
     assert (foreign / "model.safetensors").read_bytes() == b"not trainwell's"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-40"]
 
 
 class _CtrlCAt(TrainerCallback):

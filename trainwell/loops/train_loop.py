@@ -88,7 +88,8 @@ def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = getattr(dataloader, "batch_sampler", None)
     inner = getattr(batch_sampler, "sampler", None)
-    for obj in (sampler, inner, getattr(dataloader, "dataset", None)):
+    # as accelerate does: a batch sampler with its own epoch-seeded shuffle (sentence-transformers') is told too
+    for obj in (sampler, batch_sampler, inner, getattr(dataloader, "dataset", None)):
         if obj is not None and hasattr(obj, "set_epoch"):
             obj.set_epoch(epoch)
     # An iterable dataset may shuffle with its own generator: seeded as a function of the epoch, so every epoch

@@ -7,11 +7,13 @@ the same for the Python API, the command line and every backend:
 
 - a run that resumes a checkpoint continues that checkpoint's run: it may write over the checkpoints of the steps it
   trains again (they are the same run's, from before the point it went back to);
-- a fresh run into a folder that holds checkpoints (trainwell's or another tool's) and will write checkpoints of its
-  own is refused before its first step, naming the checkpoints and the three ways on: resume them
-  (``resume_from_checkpoint=True``), start over (``overwrite_output_dir=True``: trainwell deletes the checkpoints it
-  wrote; it never deletes another tool's), or another ``output_dir``. A notebook that runs ``trainer.train()`` again
-  gets that message, and nothing on disk changes;
+- a fresh run into a folder that holds trainwell checkpoints and will write checkpoints of its own is refused
+  before its first step, naming the checkpoints and the three ways on: resume them (``resume_from_checkpoint=True``),
+  start over (``overwrite_output_dir=True``: trainwell deletes the checkpoints it wrote), or another ``output_dir``.
+  A notebook that runs ``trainer.train()`` again gets that message, and nothing on disk changes;
+- folders trainwell did not write (another tool's checkpoints, a user's ``checkpoint-7``) are never deleted nor
+  overwritten, and never rotated; a fresh run may train next to them (it is warned at its start when one of its saves
+  would land on one of them, and that save is refused);
 - a fresh run that writes no checkpoint (``save_strategy="no"``) may use the folder: it is warned that its final
   model, if saved, replaces the earlier run's.
 """
@@ -39,24 +41,19 @@ def claim_output_dir(args: Any, resume_from: Path | None) -> None:
 
     Every rank calls it and decides alike (each reads its own ``output_dir``); only the saving ranks delete.
     """
-    from ..checkpoint.layout import delete_checkpoint, list_complete_checkpoints, list_foreign_checkpoints
+    from ..checkpoint.layout import delete_checkpoint, list_complete_checkpoints
 
     if resume_from is not None or not args.output_dir or not Path(args.output_dir).is_dir():
         return
-    own, foreign = list_complete_checkpoints(args.output_dir), list_foreign_checkpoints(args.output_dir)
-    if not own and not foreign:
-        return
+    own = list_complete_checkpoints(args.output_dir)
+    if not own:
+        return  # another tool's folders only: trainwell never touches them (see _warn_foreign_checkpoints)
     writes_checkpoints = args.save_strategy != "no" or getattr(args, "enable_jit_checkpoint", False)
     if not writes_checkpoints:
         logger.warning("output_dir %s holds another run's checkpoints (%s); this run saves none, and its final model, "
                        "if saved, replaces that run's. Continue that run with train(resume_from_checkpoint=True), or "
-                       "use another output_dir.", args.output_dir, _names(own + foreign))
+                       "use another output_dir.", args.output_dir, _names(own))
         return
-    if args.overwrite_output_dir and foreign:
-        raise OutputDirInUseError(
-            f"output_dir {args.output_dir} holds checkpoint folders trainwell did not write ({_names(foreign)}); "
-            "overwrite_output_dir=True deletes only trainwell's own, and this run's checkpoints of those steps would "
-            "collide with them. Move them elsewhere, or give this run another output_dir.")
     if args.overwrite_output_dir:
         if args.should_save:
             for folder in own:
@@ -65,7 +62,7 @@ def claim_output_dir(args: Any, resume_from: Path | None) -> None:
                            "starts over", args.output_dir, _names(own))
         return
     raise OutputDirInUseError(
-        f"output_dir {args.output_dir} already holds another run's checkpoints ({_names(own + foreign)}); this fresh "
+        f"output_dir {args.output_dir} already holds another run's checkpoints ({_names(own)}); this fresh "
         "run would write checkpoints of the same names over them, and its rotation would delete them. Continue "
         "that run with train(resume_from_checkpoint=True), start over with "
         "TrainingArguments(overwrite_output_dir=True) (deletes them), or give this run another output_dir. Nothing "

@@ -879,6 +879,20 @@ class Trainer:
         """True when ``args.fsdp`` is set."""
         return bool(self.args.fsdp)
 
+    def get_tp_size(self) -> int:
+        """The tensor-parallel degree: the model's ``_tp_size`` (a model loaded with a tensor-parallel plan), else
+        DeepSpeed's ``tensor_parallel.autotp_size``, else 1 (trainwell runs no tensor parallelism of its own)."""
+        model_tp = getattr(self.model, "_tp_size", None)
+        if model_tp is not None:
+            return int(model_tp)
+        if self.is_deepspeed_enabled:
+            from ..backends.deepspeed.config import get_deepspeed_config
+
+            live = get_deepspeed_config()
+            if live is not None:
+                return int(live.get_value("tensor_parallel.autotp_size", 1))
+        return 1
+
     def get_num_trainable_parameters(self) -> int:
         """Number of parameters with ``requires_grad``."""
         from .compat import num_trainable_parameters
