@@ -13,6 +13,7 @@ import math
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..utils.reporting import speed_metrics
 from ..utils.trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .accumulate import OutputAccumulator, find_batch_size
 from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows
-from .nested import nested_detach, nested_map
+from .nested import nested_detach, nested_map, upcast_half
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -451,7 +452,7 @@ def prediction_step(trainer: EvalLoopTrainer, model: Any, inputs: dict[str, Any]
     if has_labels or loss_without_labels:
         labels = nested_detach(tuple(inputs.get(name) for name in label_names))
         labels = labels[0] if len(labels) == 1 else (labels or None)
-    with torch.no_grad(), trainer.backend.autocast():
+    with torch.no_grad(), trainer.backend.autocast(), _float32_outputs(trainer, model):
         if has_labels or loss_without_labels:
             # an override with the seeds' signature compute_loss(model, inputs, return_outputs=False) works too
             loss, outputs = call_override(trainer, "compute_loss", model, inputs, return_outputs=True,
@@ -469,6 +470,26 @@ def prediction_step(trainer: EvalLoopTrainer, model: Any, inputs: dict[str, Any]
     elif isinstance(logits, tuple) and not logits:
         logits = None
     return loss, logits, labels
+
+
+@contextmanager
+def _float32_outputs(trainer: EvalLoopTrainer, model: Any) -> Iterator[None]:
+    """Under mixed precision (``fp16``/``bf16``, not DeepSpeed's own), ``model``'s forward returns float32 outputs.
+
+    Upstream's accelerate wraps the prepared model's forward in ``convert_outputs_to_fp32``, so the loss hooks
+    (``compute_loss_func``, label smoothing), ``preprocess_logits_for_metrics`` and ``compute_metrics`` see float32
+    logits although the forward ran in autocast; a forward hook does the same for the span of one prediction step.
+    """
+    args = trainer.args
+    if not (getattr(args, "fp16", False) or getattr(args, "bf16", False)) or getattr(args, "deepspeed", None) \
+            or not isinstance(model, torch.nn.Module):
+        yield
+        return
+    handle = model.register_forward_hook(lambda _module, _args, output: upcast_half(output))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _past_from(outputs: Any, index: int) -> Any:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 import torch
 
 _LEAF = ("leaf",)
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def _flatten(obj: Any) -> tuple[list[Any], Any]:
@@ -57,3 +58,25 @@ def nested_map(fn: Any, obj: Any) -> Any:
 def nested_detach(obj: Any) -> Any:
     """Detach every tensor of a nested structure (other leaves are returned unchanged)."""
     return nested_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, obj)
+
+
+def upcast_half(obj: Any) -> Any:
+    """A model output with its float16/bfloat16 tensors as float32 (as accelerate's ``convert_to_fp32``).
+
+    Tuples and lists are rebuilt (a namedtuple keeps its type); a mapping (a dict, a ``ModelOutput``) is updated in
+    place, so its type and attribute access stay as the model made them (it is the forward pass's fresh output).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.float() if obj.dtype in _HALF else obj
+    if isinstance(obj, MutableMapping):
+        for key, value in list(obj.items()):
+            new = upcast_half(value)
+            if new is not value:
+                obj[key] = new
+        return obj
+    if isinstance(obj, (tuple, list)):
+        values = [upcast_half(value) for value in obj]
+        if all(new is old for new, old in zip(values, obj)):
+            return obj
+        return type(obj)(*values) if hasattr(obj, "_fields") else type(obj)(values)
+    return obj
