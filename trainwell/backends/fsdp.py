@@ -289,7 +289,13 @@ class FSDPBackend(SingleDeviceBackend):
             self.model.set_requires_gradient_sync(True)
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
-        """Clip the sharded gradients by their global norm; returns that norm as a plain tensor."""
+        """Unscale (fp16) then clip the sharded gradients by their global norm; returns that norm as a plain tensor.
+
+        As upstream (accelerate's ``clip_grad_norm_`` calls ``unscale_gradients()`` first) and as one device does:
+        the ``ShardedGradScaler`` records the unscale, so ``scaler.step`` in :meth:`optimizer_step` does not unscale
+        again."""
+        if self._scaling:
+            self.scaler.unscale_(self.optimizer)
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
