@@ -81,3 +81,38 @@ def test_get_tp_size_is_one_without_tensor_parallelism_and_reads_the_models(args
     assert trainer.get_tp_size() == 1
     model._tp_size = 2  # what a model loaded with a tensor-parallel plan carries
     assert trainer.get_tp_size() == 2
+
+
+class TokenModel(nn.Module):
+    """A tiny token classifier whose loss is the mean over the labels that are not -100 (as transformers heads)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10)
+
+    def forward(self, input_ids, labels=None):
+        logits = self.head(self.embed(input_ids))
+        loss = nn.functional.cross_entropy(logits.view(-1, 10), labels.view(-1), ignore_index=-100,
+                                           reduction="sum") / (labels != -100).sum().clamp(min=1)
+        return {"loss": loss, "logits": logits}
+
+
+def test_every_label_ignored_is_named_at_the_first_step(tmp_path, caplog):
+    rows = [{"input_ids": torch.tensor([1, 2, 3]), "labels": torch.tensor([-100, -100, -100])} for _ in range(8)]
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", disable_tqdm=True, max_steps=2,
+                             per_device_train_batch_size=4, save_strategy="no")
+    with caplog.at_level(logging.WARNING, logger="trainwell"):
+        result = Trainer(model=TokenModel(), args=args, train_dataset=rows).train()
+    warned = [r.getMessage() for r in caplog.records if "-100" in r.getMessage()]
+    assert len(warned) == 1 and "every entry of `labels` in the first batch is -100" in warned[0]
+    assert result.training_loss == 0.0  # what the run reports: the warning is why
+
+
+def test_labels_with_some_entries_kept_say_nothing(tmp_path, caplog):
+    rows = [{"input_ids": torch.tensor([1, 2, 3]), "labels": torch.tensor([-100, 4, -100])} for _ in range(8)]
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), report_to="none", disable_tqdm=True, max_steps=2,
+                             per_device_train_batch_size=4, save_strategy="no")
+    with caplog.at_level(logging.WARNING, logger="trainwell"):
+        Trainer(model=TokenModel(), args=args, train_dataset=rows).train()
+    assert not [r for r in caplog.records if "-100" in r.getMessage()]

@@ -20,6 +20,7 @@ from torch import nn
 from ..callbacks.state import TrainerControl, TrainerState
 from ..loops import train_hooks
 from ..utils import reporting
+from ..utils.losses import all_labels_ignored
 from ..utils.overrides import call_override
 from ..utils.model_utils import compile_model, enable_gradient_checkpointing, is_causal_lm, unwrap_model
 from ..utils.trainer_utils import TrainOutput
@@ -164,6 +165,12 @@ def window_scaler(trainer: Trainer, first_batch: Any) -> WindowScaler:
     from ..runtime.distributed import all_gather_object
 
     args = trainer.args
+    ignored = all_labels_ignored(first_batch, trainer.label_names or ["labels"])
+    if ignored is not None:
+        logger.warning("every entry of `%s` in the first batch is -100 (the index the loss ignores): its loss averages "
+                       "over no label, so it is 0 (or nan) and nothing is learnt. Check how the labels are built (a "
+                       "prompt mask or a response template that masks everything, a max_length cutting the answer "
+                       "off, padding labels with -100 beyond the sequence)", ignored)
     across = bool(args.average_tokens_across_devices) and args.world_size > 1
     if trainer.compute_loss_func is not None:  # it receives the window's labels, as upstream
         rule = LossRule(True, "labels", "compute_loss_func")

@@ -96,3 +96,17 @@ def explain_rejected_labels(error: TypeError, model: Any, inputs: Mapping[str, A
         f"The model's {signature} does not take {name!r}, but the batch has it (the dataset items carry labels). "
         f"Let the model compute its loss: def forward(self, ..., {name}=None) returning {{'loss': ..., 'logits': "
         f"...}}; or compute it outside the model with Trainer(compute_loss_func=...) or by overriding compute_loss.")
+
+
+IGNORE_INDEX = -100
+
+
+def all_labels_ignored(batch: Mapping[str, Any], label_names: Sequence[str]) -> str | None:
+    """The name of an integer label tensor of ``batch`` whose every entry is ``-100`` (ignored by the loss), else
+    None. A loss averaged over no label is 0 (or nan): a run trained on such batches learns nothing, silently."""
+    for name in label_names:
+        labels = batch.get(name) if isinstance(batch, Mapping) else None
+        if (isinstance(labels, torch.Tensor) and labels.numel() > 0 and not labels.is_floating_point()
+                and bool((labels == IGNORE_INDEX).all())):
+            return name
+    return None
