@@ -30,6 +30,9 @@ class Capabilities:
     # The engine fixes the micro-batch size when it is built (DeepSpeed's train_micro_batch_size_per_gpu), so
     # ``auto_find_batch_size`` cannot retry with a smaller one.
     fixed_micro_batch_size: bool = False
+    # The backend moves the model to the device itself when it prepares it (FSDP shards it unit by unit, DeepSpeed's
+    # engine), so the Trainer leaves it where it is: upstream's ``place_model_on_device = False`` for both.
+    places_model: bool = False
 
 
 class WeightsNotGathered(ValueError):

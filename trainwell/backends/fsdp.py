@@ -185,7 +185,7 @@ class FSDPBackend(SingleDeviceBackend):
 
             self.scaler = precision.scaler = ShardedGradScaler(device.type)
         self.caps = Capabilities(owns_precision=self.mp_policy is not None, sharded_state=True, async_checkpoint=True,
-                                 engine_needs_shared_folder=True)
+                                 engine_needs_shared_folder=True, places_model=True)
         self._sharded = False
         self._stager: Any = None  # async_save's copy of the shards to host memory
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..runtime.precision import Precision
 from .base import Capabilities
+from .placement import is_model_parallel, places_itself
 
 _NULL = nullcontext()
 
@@ -47,11 +48,15 @@ class SingleDeviceBackend:
         return _NULL
 
     def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
-        """Move ``model`` to the device; wrap it in ``DataParallel`` when this process drives several GPUs."""
-        if self.place_model_on_device:
+        """Move ``model`` to the device; wrap it in ``DataParallel`` when this process drives several GPUs.
+
+        A model that places itself (a ``device_map`` over several devices, bitsandbytes weights) is neither moved nor
+        wrapped: upstream forces ``n_gpu = 1`` for model parallelism and skips ``.to()`` for both."""
+        if self.place_model_on_device and not places_itself(model, self.device):
             model = model.to(self.device)
         self.model = model
-        self.wrapped = nn.DataParallel(model) if self.n_gpu > 1 and training else model
+        data_parallel = self.n_gpu > 1 and training and not is_model_parallel(model, self.device)
+        self.wrapped = nn.DataParallel(model) if data_parallel else model
         return self.wrapped
 
     def setup_optimization(self, optimizer: torch.optim.Optimizer, lr_scheduler: Any) -> None:

@@ -206,6 +206,6 @@ def model_for_eval(trainer: Trainer) -> nn.Module:
             model = model.to(dtype=torch.float16, device=trainer.args.device)
         elif trainer.args.bf16_full_eval:
             model = model.to(dtype=torch.bfloat16, device=trainer.args.device)
-        elif trainer.place_model_on_device:
-            model = model.to(trainer.args.device)
+        elif trainer.place_model_on_device or (trainer.backend.caps.places_model and not trainer.is_model_parallel):
+            model = model.to(trainer.args.device)  # (DeepSpeed ZeRO-1/2 before training: upstream's engine places it)
     return model

@@ -166,13 +166,22 @@ class Trainer:
 
     def _adopt_model(self, model: nn.Module) -> None:
         """Place ``model`` on the device and read what its forward signature tells (return_loss, loss kwargs)."""
+        from ..backends.placement import is_model_parallel
+
         check_quantized_model(model)
-        self.is_model_parallel = bool(getattr(model, "is_parallelizable", False) and
-                                      getattr(model, "model_parallel", False))
-        # a bitsandbytes 4/8-bit model is placed when it is loaded (.to raises on it), as upstream
-        self.place_model_on_device = (self.args.place_model_on_device and not self.is_model_parallel
+        args = self.args
+        self.is_model_parallel = is_model_parallel(model, args.device)  # hf_device_map over several devices
+        if self.is_model_parallel and args.n_gpu > 1:  # upstream forces n_gpu=1: the model manages the GPUs
+            args.__dict__["_runtime_cache"] = (*args._runtime()[:2], 1)
+            self._tw_n_gpu = 1
+        # upstream's place_model_on_device: False for model parallelism, DeepSpeed and FSDP (the backend places the
+        # model when it prepares it: FSDP shards it unit by unit) and fp16/bf16_full_eval (cast on the device at
+        # evaluation); a bitsandbytes 4/8-bit model is placed when it is loaded (.to raises on it)
+        self.place_model_on_device = (args.place_model_on_device and not self.is_model_parallel
+                                      and not self.backend.caps.places_model
+                                      and not (args.fp16_full_eval or args.bf16_full_eval)
                                       and not is_bitsandbytes_quantized(model))
-        self.model = model.to(self.args.device) if self.place_model_on_device else model
+        self.model = model.to(args.device) if self.place_model_on_device else model
         self.model_wrapped = self.model
         params = forward_parameters(self.model)
         self.can_return_loss = "return_loss" in params and params["return_loss"].default is True
