@@ -149,6 +149,15 @@ def default_backend(device: "torch.device") -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
+def process_group_backend(device: "torch.device", backend: str | None = None) -> str:
+    """The ``init_process_group`` backend string: ``backend`` (``ddp_backend``) or :func:`default_backend`, with
+    ``nccl`` widened to ``cuda:nccl,cpu:gloo`` so that collectives on CPU tensors (FSDP ``offload``: CPU shards, DCP
+    metadata) have a backend too, as accelerate creates it (``PartialState``: ``"cuda:nccl,cpu:gloo"`` for FSDP
+    with CPU offload or full state dicts)."""
+    chosen = backend or default_backend(device)
+    return "cuda:nccl,cpu:gloo" if chosen == "nccl" else chosen
+
+
 def init_process_group(env: LaunchEnv, device: "torch.device", *, backend: str | None = None,
                        timeout_s: int = 1800) -> bool:
     """Create the default process group when a launcher started this process; True when one exists.
@@ -169,7 +178,7 @@ def init_process_group(env: LaunchEnv, device: "torch.device", *, backend: str |
 
         torch.cuda.set_device(device)
     with RendezvousWatch(env, timeout_s):
-        dist.init_process_group(backend=backend or default_backend(device), rank=env.rank,
+        dist.init_process_group(backend=process_group_backend(device, backend), rank=env.rank,
                                 world_size=env.world_size, timeout=timedelta(seconds=timeout_s))
     close_process_group_at_exit()
     return True
