@@ -270,3 +270,24 @@ def loss_divisors(group: list[Any]) -> list[int | float]:
     if None in rows or min(rows) == max(rows) or min(rows) <= 0:
         return [n] * n
     return _by_share([float(r) for r in rows])
+
+
+def data_parallel_num_items(num_items: torch.Tensor | int, n_gpu: int, *,
+                            average_tokens_across_devices: bool) -> torch.Tensor | int:
+    """``num_items_in_batch`` for a forward through ``nn.DataParallel`` over ``n_gpu`` GPUs, as upstream's
+    ``Trainer._get_num_items_in_batch`` (transformers 5) prepares it: without ``average_tokens_across_devices`` each
+    replica's share is approximated by ``count // n_gpu``; a 0-dim count becomes shape ``(n_gpu, 1)``, so that
+    DataParallel's scatter along dim 0 hands every replica the count (a 0-dim tensor cannot be scattered). With
+    ``average_tokens_across_devices`` the replicas divide by the whole count and ``compute_loss`` multiplies the loss
+    by ``n_gpu`` (:func:`average_tokens_loss_scale`) before ``training_step`` averages the replicas' losses."""
+    if not average_tokens_across_devices:
+        num_items = num_items // n_gpu
+    if isinstance(num_items, torch.Tensor) and num_items.dim() == 0:
+        num_items = num_items.unsqueeze(0).expand(n_gpu, -1)
+    return num_items
+
+
+def average_tokens_loss_scale(world_size: int, n_gpu: int) -> int:
+    """What ``compute_loss`` multiplies a loss divided by the count of every device's items by: upstream's
+    ``loss *= loss_scale if n_gpu <= 1 else n_gpu`` (``loss_scale``: the processes; DataParallel: the replicas)."""
+    return world_size if n_gpu <= 1 else n_gpu

@@ -391,8 +391,9 @@ class Trainer:
                 loss = extract_loss(outputs, inputs, self.label_names)
         if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
                 (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
-            # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream)
-            loss = loss * self.args.world_size
+            # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream:
+            # loss_scale if n_gpu <= 1 else n_gpu, see loss_scaling.average_tokens_loss_scale)
+            loss = loss * (self.args.world_size if self._tw_n_gpu <= 1 else self._tw_n_gpu)
         return (loss, outputs) if return_outputs else loss
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
@@ -408,6 +409,12 @@ class Trainer:
             takes_items = cached[1]
         else:
             takes_items = self._compute_loss_takes_num_items()
+        if self._tw_n_gpu > 1 and num_items_in_batch is not None:  # DataParallel: upstream's (n_gpu, 1) count
+            from ..loops.loss_scaling import data_parallel_num_items
+
+            num_items_in_batch = data_parallel_num_items(
+                num_items_in_batch, self._tw_n_gpu,
+                average_tokens_across_devices=self.args.average_tokens_across_devices)
         with self.compute_loss_context_manager():
             if takes_items:
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
