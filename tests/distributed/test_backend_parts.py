@@ -127,8 +127,9 @@ def test_fsdp_bf16_policy_owns_precision() -> None:
     backend = FSDPBackend(args, torch.device("cpu"), Precision(torch.device("cpu"), dtype=torch.bfloat16))
     assert backend.caps.owns_precision and backend.caps.sharded_state
     assert backend.mp_policy.param_dtype == torch.bfloat16
-    with backend.autocast():
-        assert not torch.is_autocast_enabled("cpu")  # the policy casts the parameters instead
+    with backend.autocast():  # upstream: autocast on top of the bf16 policy (accelerate's native_amp forward)
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.bfloat16
 
 
 def test_scheduler_follows_a_replaced_optimizer() -> None:

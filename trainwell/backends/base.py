@@ -19,7 +19,7 @@ class Capabilities:
     """What a backend does by itself, so that the loop does not do it twice."""
 
     handles_grad_accumulation: bool = False  # DeepSpeed accumulates, scales and clips itself
-    owns_precision: bool = False  # DeepSpeed / FSDP mixed-precision policy replaces autocast
+    owns_precision: bool = False  # DeepSpeed's engine / FSDP's bf16 policy casts the parameters (FSDP: autocast too)
     sharded_state: bool = False  # FSDP / ZeRO-3: saving needs every rank
     # The checkpoint state can be copied to host memory and written by trainwell's own commit on a background
     # thread (``async_save``): no engine writes files or runs collectives of its own during the save.

@@ -25,7 +25,8 @@ before the current unit's backward; ``BACKWARD_POST`` / ``NO_PREFETCH`` are refu
 ``state_dict_type`` ``FULL_STATE_DICT`` or ``SHARDED_STATE_DICT`` (a checkpoint always holds both the sharded state
 ``fsdp_state/`` and the consolidated weights; ``LOCAL_STATE_DICT``, FSDP1's flat shards, is refused);
 ``limit_all_gathers`` is accepted: FSDP2 bounds the in-flight all-gathers by design. ``bf16`` becomes a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
-reduced in fp32). ``fp16`` keeps fp32 shards: autocast computes in fp16 and a ``ShardedGradScaler`` scales the loss
+reduced in fp32) with bf16 autocast on top, as accelerate runs it.
+``fp16`` keeps fp32 shards: autocast computes in fp16 and a ``ShardedGradScaler`` scales the loss
 (the seeds' ``--fp16 --sharded_ddp zero_dp_2``).
 
 Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer state with
@@ -271,8 +272,9 @@ class FSDPBackend(SingleDeviceBackend):
 
     # -- the step ----------------------------------------------------------------------------------------------
     def autocast(self) -> AbstractContextManager[Any]:
-        """No autocast when the mixed-precision policy casts the parameters itself."""
-        return _NULL if self.mp_policy is not None else self.precision.autocast()
+        """Autocast in the run's dtype, over the fp32 shards (fp16) or on top of the bf16 ``MixedPrecisionPolicy``
+        (upstream: accelerate's ``native_amp`` wraps the FSDP model's forward in autocast for bf16 too)."""
+        return self.precision.autocast()
 
     def no_sync(self, sync: bool) -> AbstractContextManager[Any]:
         """Keep gradients unsharded and unreduced on accumulation micro-steps (one reduce-scatter per step)."""
