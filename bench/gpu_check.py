@@ -266,7 +266,8 @@ def _one_rank_group(cpu: bool) -> None:
 
     if not cpu:
         torch.cuda.set_device(0)
-    dist.init_process_group("gloo" if cpu else "nccl", store=dist.HashStore(), rank=0, world_size=1)
+    # on CUDA, gloo for CPU tensors too (FSDP offload's collectives), as trainwell's own process group
+    dist.init_process_group("gloo" if cpu else "cuda:nccl,cpu:gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def _force_backend(kind: str) -> None:
