@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from helpers.launch import ROOT
+from helpers.launch import child_env
 
 from trainwell.cli.closed_output import output_may_close
 
@@ -19,9 +18,7 @@ from trainwell.cli.closed_output import output_may_close
 @pytest.mark.parametrize("both", [False, True], ids=["stdout", "stdout+stderr"])
 def test_a_run_piped_into_head_trains_to_the_end(tmp_path, both):
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
-    env.pop("TRAINWELL_DEBUG", None)
+    env = child_env(drop=["TRAINWELL_DEBUG"])
     command = (f"{sys.executable} -m trainwell train --max_steps 30 --save_steps 15 --eval_steps 15 "
                f"--logging_steps 1 --per_device_eval_batch_size 64 --output_dir {out}"
                f"{' 2>&1' if both else ''} | head -3; exit ${{PIPESTATUS[0]}}")
@@ -59,9 +56,7 @@ def test_writes_after_the_reader_left_are_dropped_and_the_streams_are_restored(m
 @pytest.mark.slow
 def test_resuming_a_run_already_past_max_steps_trains_nothing_and_keeps_its_files(tmp_path):
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
-    env.pop("TRAINWELL_DEBUG", None)
+    env = child_env(drop=["TRAINWELL_DEBUG"])
     base = [sys.executable, "-m", "trainwell", "train", "--output_dir", str(out), "--save_steps", "6",
             "--eval_steps", "6", "--logging_steps", "1", "--per_device_eval_batch_size", "64"]
     first = subprocess.run([*base, "--max_steps", "6"], capture_output=True, text=True, env=env, timeout=600)

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from helpers.launch import ROOT
+from helpers.launch import child_env
 
 from trainwell.checkpoint import layout
 
@@ -18,9 +18,7 @@ from trainwell.checkpoint import layout
 @pytest.mark.slow
 def test_two_ctrl_c_name_the_newest_checkpoint_and_leave_no_temporary_folder(tmp_path):
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1")
-    env.pop("TRAINWELL_DEBUG", None)
+    env = child_env(drop=["TRAINWELL_DEBUG"])
     argv = ["--output_dir", str(out), "--max_steps", "100000", "--save_steps", "3", "--eval_strategy", "no",
             "--logging_steps", "50"]
     proc = subprocess.Popen([sys.executable, "-m", "trainwell", "train", *argv], stdout=subprocess.PIPE,

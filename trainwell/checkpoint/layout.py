@@ -207,7 +207,8 @@ def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozen
     return recovered
 
 
-def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = False) -> list[Path]:
+def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = False,
+                       recovered: list[Path] | None = None) -> list[Path]:
     """Delete what :func:`list_incomplete` finds (trainwell's own dead temporary folders); returns the deleted paths.
 
     A complete temporary folder whose final folder is missing (the process died between moving an old
@@ -217,13 +218,16 @@ def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = Fals
 
     ``at_startup=True`` (a trainer starting ``train()``): no save of this process is in flight, so a folder
     named after this process's own pid is a left-over of an earlier incarnation with the same pid (a container
-    restarted in a fresh PID namespace) and is promoted or removed like a dead process's.
+    restarted in a fresh PID namespace) and is promoted or removed like a dead process's. The promoted folders are
+    appended to ``recovered`` when it is given.
     """
     root = Path(output_dir)
     if not root.is_dir():
         return []
     stale = frozenset({os.getpid()}) if at_startup else frozenset()
-    _recover_interrupted_replace(root, stale)
+    promoted = _recover_interrupted_replace(root, stale)
+    if recovered is not None:
+        recovered.extend(promoted)
     removed = []
     for path in list_incomplete(root, stale_pids=stale):
         shutil.rmtree(path, ignore_errors=True)

@@ -349,3 +349,29 @@ def skip_first_batches(iterable: Iterable[T], num_batches: int) -> Iterator[T]:
     for _ in itertools.islice(iterator, num_batches):
         pass
     yield from iterator
+
+
+class EpochSeededRandomSampler(torch.utils.data.RandomSampler):
+    """A ``RandomSampler`` whose order is a function of its seed and the epoch, not of how far its generator ran.
+
+    What ``accelerator.prepare`` makes of a hand-built loader's random sampler upstream (``use_seedable_sampler``, the
+    default): each pass reseeds the sampler's generator with ``initial_seed + epoch``, so epoch ``e`` draws the same
+    order whatever was drawn before it (a resumed run, another process). ``initial_seed`` is torch's global initial
+    seed when the sampler is made (the Trainer's ``seed``), as upstream's.
+    """
+
+    def __init__(self, sampler: torch.utils.data.RandomSampler) -> None:
+        generator = sampler.generator if sampler.generator is not None else torch.Generator()
+        super().__init__(sampler.data_source, replacement=sampler.replacement, num_samples=sampler._num_samples,
+                         generator=generator)
+        self.initial_seed = torch.random.initial_seed()
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next pass draws."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        self.generator.manual_seed(self.initial_seed + self.epoch)
+        yield from super().__iter__()
+        self.epoch += 1  # a loop that never calls set_epoch still gets a new order each pass, as upstream's

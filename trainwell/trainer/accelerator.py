@@ -17,17 +17,24 @@ import torch
 from torch import nn
 
 from ..args.runtime import DEEPSPEED, FSDP, MULTI_CPU, MULTI_GPU, NO  # noqa: F401  (accelerate's names, from here too)
-from ..runtime.distributed import all_gather_object, barrier, is_dist
+from ..args.runtime import DistributedState
+from ..runtime.distributed import all_gather_object, is_dist
 from ..loops.gather import gather_across_ranks
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
 
 
-class TrainerAccelerator:
-    """What a Trainer's ``accelerator`` attribute offers, backed by the Trainer's arguments and backend."""
+class TrainerAccelerator(DistributedState):
+    """What a Trainer's ``accelerator`` attribute offers, backed by the Trainer's arguments and backend; where this
+    process stands (``device``, ``num_processes``, ``process_index``, ``is_main_process``, ``distributed_type``...)
+    comes from :class:`~trainwell.args.runtime.DistributedState` over the Trainer's current ``args``."""
 
     def __init__(self, trainer: Any) -> None:
         self._trainer = trainer
+
+    @property
+    def _args(self) -> Any:  # the Trainer's arguments of the moment (a hyper-parameter trial replaces them)
+        return self._trainer.args
 
     # -- where this process stands ------------------------------------------------------------------------------
     @property
@@ -36,49 +43,9 @@ class TrainerAccelerator:
         return self
 
     @property
-    def device(self) -> torch.device:
-        """The device of this process."""
-        return self._trainer.args.device
-
-    @property
-    def num_processes(self) -> int:
-        """Processes training together."""
-        return self._trainer.args.world_size
-
-    @property
-    def process_index(self) -> int:
-        """Global rank of this process."""
-        return self._trainer.args.process_index
-
-    @property
-    def local_process_index(self) -> int:
-        """Rank of this process on its node."""
-        return self._trainer.args.local_process_index
-
-    @property
-    def is_main_process(self) -> bool:
-        """True on the first process of the job."""
-        return self.process_index == 0
-
-    @property
-    def is_local_main_process(self) -> bool:
-        """True on the first process of each node."""
-        return self.local_process_index == 0
-
-    @property
     def is_last_process(self) -> bool:
         """True on the last process of the job."""
         return self.process_index == self.num_processes - 1
-
-    @property
-    def use_distributed(self) -> bool:
-        """True when several processes train together."""
-        return self.num_processes > 1
-
-    @property
-    def distributed_type(self) -> str:
-        """``"DEEPSPEED"``, ``"FSDP"``, ``"MULTI_GPU"``, ``"MULTI_CPU"`` or ``"NO"`` (accelerate's names)."""
-        return self._trainer.args.distributed_state.distributed_type
 
     @property
     def parallelism_config(self) -> None:
@@ -114,10 +81,6 @@ class TrainerAccelerator:
         return SimpleNamespace(deepspeed_config=config.config, zero_stage=config.zero_stage, hf_ds_config=config)
 
     # -- synchronisation ----------------------------------------------------------------------------------------
-    def wait_for_everyone(self) -> None:
-        """A barrier across all processes (nothing in one process)."""
-        barrier()
-
     @contextlib.contextmanager
     def main_process_first(self) -> Iterator[None]:
         """Run the body on the main process first, then on the others."""
@@ -219,12 +182,18 @@ class TrainerAccelerator:
         return self._trainer.backend.autocast()
 
     def prepare(self, *objects: Any, device_placement: Any = None) -> Any:
-        """Modules go to this process's device; optimizers, schedulers and data loaders come back unchanged.
+        """Modules go to this process's device; optimizers and schedulers come back unchanged; a data loader keeps
+        its batches but its random sampler becomes epoch-seeded, as upstream's ``use_seedable_sampler`` does.
 
         trainwell wraps the model (DDP/FSDP/DeepSpeed) and shards its own data loaders when training starts, so
-        there is nothing else to prepare; a data loader built by hand is not sharded across processes.
+        there is nothing else to prepare; a data loader built by hand is not sharded across processes. Its
+        ``RandomSampler`` (the sampler, or its batch sampler's) is replaced by
+        :class:`~trainwell.data.samplers.EpochSeededRandomSampler`: epoch ``e`` draws the order of seed ``seed + e``,
+        which is what a library's loader (sentence-transformers') draws under upstream from its second epoch on.
         """
-        out = tuple(obj.to(self.device) if isinstance(obj, nn.Module) else obj for obj in objects)
+        out = tuple(obj.to(self.device) if isinstance(obj, nn.Module)
+                    else _seed_random_sampler_by_epoch(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
+                    for obj in objects)
         return out[0] if len(out) == 1 else out
 
     def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
@@ -256,3 +225,14 @@ class TrainerAccelerator:
         raise AttributeError(f"trainer.accelerator.{name} is not provided: trainwell does not run on accelerate; "
                              "use the Trainer's own methods and arguments (see trainwell.trainer.accelerator for what the "
                              "accelerator offers)")
+
+
+def _seed_random_sampler_by_epoch(loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+    """``loader`` with its ``RandomSampler`` (its own, or its batch sampler's) made epoch-seeded, in place."""
+    from ..data.samplers import EpochSeededRandomSampler
+
+    holder = loader.sampler if isinstance(loader.sampler, torch.utils.data.BatchSampler) else loader.batch_sampler
+    sampler = getattr(holder, "sampler", None)
+    if isinstance(sampler, torch.utils.data.RandomSampler) and not isinstance(sampler, EpochSeededRandomSampler):
+        holder.sampler = EpochSeededRandomSampler(sampler)
+    return loader

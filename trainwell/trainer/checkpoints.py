@@ -179,9 +179,10 @@ class TrainerCheckpoints:
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         self._lock_output_dir()
+        recovered: list[Path] = []
         try:
             if self.args.should_save:
-                removed = cleanup_incomplete(self.args.output_dir, at_startup=True)
+                removed = cleanup_incomplete(self.args.output_dir, at_startup=True, recovered=recovered)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save or DeepSpeed "
                                    "conversion: %s",
@@ -190,7 +191,9 @@ class TrainerCheckpoints:
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self.resume_with_fallback = resume_from_checkpoint is True
             folder = self.manager.resolve_resume(resume_from_checkpoint)
-            claim_output_dir(self.args, folder)  # a fresh run never writes over another run's checkpoints
+            # a fresh run never writes over another run's checkpoints (one promoted just now from an interrupted
+            # save is the relaunched job's own: its script asked get_last_checkpoint() before it existed)
+            claim_output_dir(self.args, folder, recovered=self._on_every_rank(recovered))
         except BaseException:
             self.release_output_dir()
             raise
@@ -205,6 +208,16 @@ class TrainerCheckpoints:
         """The newest checkpoint the current ``train()`` call wrote, else the one it resumed from; never a
         checkpoint another run left in ``output_dir``."""
         return self.last or self.resumed_from
+
+    def _on_every_rank(self, names: list[Path]) -> set[str]:
+        """The folder names the saving ranks report (every rank decides alike from them)."""
+        mine = {p.name for p in names}
+        if self.args.world_size > 1:
+            from ..runtime.distributed import all_gather_object, is_dist
+
+            if is_dist():
+                return set().union(*all_gather_object(mine))
+        return mine
 
     def _wait_for_cleanup(self) -> None:
         """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder

@@ -36,16 +36,18 @@ def _names(folders: list[Path]) -> str:
     return ", ".join(shown if len(folders) <= 3 else ["...", *shown])
 
 
-def claim_output_dir(args: Any, resume_from: Path | None) -> None:
+def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: set[str] = frozenset()) -> None:
     """Apply the rule of the module docstring for a run starting from ``resume_from`` (None: a fresh run).
 
     Every rank calls it and decides alike (each reads its own ``output_dir``); only the saving ranks delete.
+    ``recovered``: names of checkpoints this start promoted from an interrupted save (the relaunched job's own,
+    which a script asking ``get_last_checkpoint()`` before ``train()`` could not see): they do not refuse the run.
     """
     from ..checkpoint.layout import delete_checkpoint, list_complete_checkpoints
 
     if resume_from is not None or not args.output_dir or not Path(args.output_dir).is_dir():
         return
-    own = list_complete_checkpoints(args.output_dir)
+    own = [p for p in list_complete_checkpoints(args.output_dir) if p.name not in recovered]
     if not own:
         return  # another tool's folders only: trainwell never touches them (see _warn_foreign_checkpoints)
     writes_checkpoints = args.save_strategy != "no" or getattr(args, "enable_jit_checkpoint", False)
