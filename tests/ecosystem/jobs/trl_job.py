@@ -1,8 +1,16 @@
-"""One TRL run, the same under transformers and trainwell: ``python trl_job.py CASE MODEL_DIR OUT [--patch]``.
+"""One TRL run, the same under transformers and trainwell:
+``python trl_job.py CASE MODEL_DIR OUT [--patch] [--stop-at N] [--resume CHECKPOINT] [--batch B] [--avg-tokens 0|1]``.
 
 CASE is ``sft`` (SFTTrainer on text), ``sft_peft`` (with a LoRA ``peft_config``) or ``dpo`` (DPOTrainer with a
 ref_model). ``--patch`` calls ``trainwell.patch_transformers()`` first (the other route, ``trainwell run``, runs
 this file unmodified). Writes OUT/log_history.json and the final model into OUT/final.
+
+The resume and multi-rank cases (``sft`` only): ``--save-steps N`` saves a checkpoint every N steps (default: no
+checkpoints); ``--stop-at N`` stops training (``control.should_training_stop``) right after the checkpoint of step
+N is saved; ``--resume CHECKPOINT`` trains on from that checkpoint (``resume_from_checkpoint``) to the same
+max_steps; ``--batch B`` is ``per_device_train_batch_size`` (default 4); ``--avg-tokens`` sets
+``average_tokens_across_devices`` explicitly. Every rank writes OUT/rank{RANK}.json (its global_step and the number
+of batches it trained on); rank 0 alone writes the log and the final model.
 """
 
 import json
@@ -18,12 +26,52 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from world import preference_rows, text_rows  # noqa: E402
 
 
+def option(name: str, default=None):
+    """The value after ``--name`` in the command line, else ``default``."""
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def stop_after_save(step: int):
+    """A callback ending training right after the checkpoint of ``step`` is saved (an interrupted run)."""
+    from transformers import TrainerCallback
+
+    class StopAfterSave(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            if state.global_step == step:
+                control.should_training_stop = True
+            return control
+
+    return StopAfterSave()
+
+
+def step_counter():
+    """A callback counting the optimizer steps this process ran (``on_step_end``)."""
+    from transformers import TrainerCallback
+
+    class Counter(TrainerCallback):
+        steps = 0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.steps += 1
+
+    return Counter()
+
+
 def main(case: str, model_dir: str, out: Path) -> None:
+    import os
+
     from datasets import Dataset
 
-    common = dict(output_dir=str(out / "run"), max_steps=6, per_device_train_batch_size=4, learning_rate=1e-3,
-                  logging_steps=1, save_strategy="no", report_to="none", optim="adamw_torch", use_cpu=True,
+    save_steps, stop_at, resume = option("--save-steps"), option("--stop-at"), option("--resume")
+    common = dict(output_dir=str(out / "run"), max_steps=6, per_device_train_batch_size=int(option("--batch", 4)),
+                  learning_rate=1e-3, logging_steps=1, report_to="none", optim="adamw_torch", use_cpu=True,
                   seed=0, bf16=False, max_length=32, disable_tqdm=True)
+    common.update(dict(save_strategy="steps", save_steps=int(save_steps)) if save_steps else dict(save_strategy="no"))
+    if option("--avg-tokens") is not None:
+        common["average_tokens_across_devices"] = option("--avg-tokens") == "1"
+    callbacks = [stop_after_save(int(stop_at))] if stop_at else []
+    counter = step_counter()
+    callbacks.append(counter)
     if case in ("sft", "sft_peft"):
         from trl import SFTConfig, SFTTrainer
 
@@ -33,7 +81,7 @@ def main(case: str, model_dir: str, out: Path) -> None:
 
             peft_config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
         trainer = SFTTrainer(model=model_dir, args=SFTConfig(**common), peft_config=peft_config,
-                             train_dataset=Dataset.from_list(text_rows()))
+                             train_dataset=Dataset.from_list(text_rows()), callbacks=callbacks)
     elif case == "dpo":
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from trl import DPOConfig, DPOTrainer
@@ -45,9 +93,13 @@ def main(case: str, model_dir: str, out: Path) -> None:
                              train_dataset=Dataset.from_list(preference_rows()))
     else:
         raise SystemExit(f"unknown case {case!r}: use sft, sft_peft or dpo")
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
+    rank = int(os.environ.get("RANK", 0))
+    (out / f"rank{rank}.json").write_text(json.dumps({"global_step": trainer.state.global_step,
+                                                      "steps": counter.steps}))
     trainer.save_model(str(out / "final"))
-    (out / "log_history.json").write_text(json.dumps(trainer.state.log_history))
+    if rank == 0:
+        (out / "log_history.json").write_text(json.dumps(trainer.state.log_history))
 
 
 if __name__ == "__main__":
