@@ -58,3 +58,12 @@ def largest_difference(upstream: list[dict], ours: list[dict], *, last_step: int
                 continue
             worst = max(worst, math.inf if value == 0 else abs(other - value) / abs(value))
     return worst
+
+
+def final_weights_difference(a: Path, b: Path) -> float:
+    """The largest absolute difference between two ``model.safetensors`` (same keys)."""
+    from safetensors.torch import load_file
+
+    first, second = load_file(str(a)), load_file(str(b))
+    assert sorted(first) == sorted(second)
+    return max((first[k].double() - second[k].double()).abs().max().item() for k in first)

@@ -19,22 +19,13 @@ from pathlib import Path
 import pytest
 
 from helpers import launch
-from parity import JOBS, TIMING_KEYS
+from parity import JOBS, TIMING_KEYS, final_weights_difference
 
 pytestmark = pytest.mark.slow
 STOP, STEPS = 3, 6
 #: SFTTrainer's running token count (``SFTTrainer._total_train_tokens``) starts from 0 in every process and is not
 #: in a checkpoint, upstream as here: after a resume it counts the tokens of this process only
 NOT_RESUMED = ("num_tokens",)
-
-
-def final_weights_difference(a: Path, b: Path) -> float:
-    """The largest absolute difference between two ``model.safetensors`` (same keys)."""
-    from safetensors.torch import load_file
-
-    first, second = load_file(str(a)), load_file(str(b))
-    assert sorted(first) == sorted(second)
-    return max((first[k].double() - second[k].double()).abs().max().item() for k in first)
 
 
 def after(history: list[dict], step: int) -> list[dict]:

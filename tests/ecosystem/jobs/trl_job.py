@@ -90,7 +90,7 @@ def main(case: str, model_dir: str, out: Path) -> None:
         ref_model = AutoModelForCausalLM.from_pretrained(model_dir)
         trainer = DPOTrainer(model=model, ref_model=ref_model, args=DPOConfig(**common, beta=0.1),
                              processing_class=AutoTokenizer.from_pretrained(model_dir),
-                             train_dataset=Dataset.from_list(preference_rows()))
+                             train_dataset=Dataset.from_list(preference_rows()), callbacks=callbacks)
     else:
         raise SystemExit(f"unknown case {case!r}: use sft, sft_peft or dpo")
     trainer.train(resume_from_checkpoint=resume)
