@@ -98,12 +98,13 @@ def test_adapter_checkpoint_holds_the_adapter_only(full_run: tuple[Path, Trainer
     assert "model.safetensors" not in names
 
 
-@pytest.mark.parametrize("how", ["path", "true"])
+@pytest.mark.parametrize("how", ["path", "true", "auto"])
 def test_resume_of_an_adapter_checkpoint_is_exact(full_run: tuple[Path, Trainer], tmp_path: Path,
                                                   how: str) -> None:
+    """``auto`` is what ``trainwell train --resume_from_checkpoint auto`` hands the Trainer."""
     out, full = full_run
     _train(tmp_path, stop_at=3)  # interrupted after the first checkpoint
-    resume = str(tmp_path / "checkpoint-3") if how == "path" else True
+    resume = {"path": str(tmp_path / "checkpoint-3"), "true": True, "auto": "auto"}[how]
     resumed = _train(tmp_path, resume=resume)
     want, got = _adapter(full.model), _adapter(resumed.model)
     assert want.keys() == got.keys() and want
