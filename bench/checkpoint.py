@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from trainwell.checkpoint.manager import CheckpointContents, CheckpointManager  # noqa: E402
 from trainwell.checkpoint.rng import capture_rng_state, restore_rng_state  # noqa: E402
-from trainwell.schedules import get_linear_schedule_with_warmup  # noqa: E402
+from trainwell.optim.schedules import get_linear_schedule_with_warmup  # noqa: E402
 
 
 def build_state(params: int, hidden: int) -> tuple[nn.Module, torch.optim.Optimizer, object]:

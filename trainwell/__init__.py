@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .utils.lazy_exports import alias_modules, lazy_exports
+from .utils.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -90,20 +90,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     _add_tracker_callbacks()
     return _lazy_dir()
-
-# Former module paths (and upstream's module names) keep importing: the same module objects under both names.
-_MOVED: dict[str, str] = {
-    "accelerate_env": "runtime.accelerate_env", "accelerator": "trainer.accelerator", "cmdline": "cli.arguments",
-    "commands": "cli.commands", "debug_utils": "compat.debug_utils", "distributed": "runtime.distributed",
-    "events": "callbacks.events", "field_usage": "args.field_usage", "hpsearch_ray": "hpsearch.ray",
-    "integrations": "compat.integrations", "lazy_exports": "utils.lazy_exports", "logging_utils": "utils.logging_utils",
-    "losses": "utils.losses", "memory": "runtime.memory", "model_utils": "utils.model_utils",
-    "optim_extras": "optim.extras", "overrides": "utils.overrides", "parser": "args.parser",
-    "precision": "runtime.precision", "preflight": "utils.preflight", "recipes": "cli.recipes",
-    "reporting": "utils.reporting", "schedules": "optim.schedules", "seq2seq": "trainer.seq2seq",
-    "seq2seq_args": "args.seq2seq",
-    "state": "callbacks.state", "tf": "compat.tf", "trackers": "utils.trackers",
-    "trainer_checkpoints": "trainer.checkpoints", "trainer_compat": "trainer.compat", "trainer_hub": "trainer.hub",
-    "trainer_utils": "compat.trainer_utils",
-}
-alias_modules(__name__, _MOVED)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from trainwell.args.fields import REPORT_TO_INTEGRATIONS, DebugOption, TrainingArguments
-from trainwell.seq2seq_args import Seq2SeqTrainingArguments
+from trainwell.args.seq2seq import Seq2SeqTrainingArguments
 from trainwell.trainer_utils import (
     FSDPOption,
     HubStrategy,
@@ -591,7 +591,7 @@ def test_seq2seq_arguments(tmp_path):
 @pytest.mark.slow
 def test_import_and_construction_do_not_import_torch():
     code = ("import sys; from trainwell.args.fields import TrainingArguments; TrainingArguments(); "
-            "from trainwell.seq2seq_args import Seq2SeqTrainingArguments; Seq2SeqTrainingArguments(); "
+            "from trainwell.args.seq2seq import Seq2SeqTrainingArguments; Seq2SeqTrainingArguments(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT)
