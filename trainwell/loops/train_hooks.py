@@ -15,6 +15,7 @@ from torch import nn
 from ..args.fields import DebugOption
 from ..callbacks.base import TrainerCallback
 from ..utils.model_utils import unwrap_model
+from .nested import upcast_half
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
@@ -65,10 +66,26 @@ def _input_embeddings(model: nn.Module) -> nn.Module:
     return embeddings
 
 
+def float32_outputs_hook(module: nn.Module, inputs: Any, output: Any) -> Any:
+    """The model's outputs with their float16/bfloat16 tensors as float32 (see :func:`upcasts_outputs`)."""
+    return upcast_half(output)
+
+
+def upcasts_outputs(args: TrainingArguments) -> bool:
+    """Whether the model's outputs are upcast to float32: under fp16/bf16 autocast, not DeepSpeed's own precision.
+
+    Upstream rule: accelerate's ``Accelerator.prepare_model`` wraps the forward of a model prepared under native AMP
+    in ``convert_outputs_to_fp32`` (accelerate/utils/operations.py), so ``compute_loss_func``, the label smoother and
+    the outputs ``compute_loss`` returns see float32 logits although the forward ran in autocast."""
+    return bool(getattr(args, "fp16", False) or getattr(args, "bf16", False)) and not getattr(args, "deepspeed", None)
+
+
 def attach(trainer: TrainHooksTrainer) -> None:
     """Register the hooks ``trainer.args`` asks for on ``trainer.model`` (replacing those of an earlier attempt)."""
     detach(trainer)
     args, handles = trainer.args, []
+    if upcasts_outputs(args):  # float32 outputs under autocast, as accelerate's convert_outputs_to_fp32
+        handles.append(trainer.model.register_forward_hook(float32_outputs_hook))
     if args.neftune_noise_alpha is not None:
         embeddings = _input_embeddings(trainer.model)
         embeddings.neftune_noise_alpha = args.neftune_noise_alpha

@@ -1,0 +1,86 @@
+"""Issue 27, finding 7 (training half): under fp16/bf16 autocast the training step's loss hooks see float32 model
+outputs, as upstream's (accelerate's ``Accelerator.prepare_model`` wraps the forward in ``convert_outputs_to_fp32``):
+``compute_loss_func``, the label smoother and the outputs ``compute_loss(return_outputs=True)`` gives an override
+get float32 logits although the forward ran in bf16 autocast. Each case trains trainwell and ``transformers.Trainer``
+on the same model (bf16 autocast on the CPU) and compares the dtypes seen; without mixed precision nothing changes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import trainwell
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+class Classifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(4, 3)
+        self.config = SimpleNamespace(problem_type=None)  # upstream reads config.problem_type for label smoothing
+
+    def forward(self, x, labels=None):
+        logits = self.linear(x)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return {"loss": loss, "logits": logits}
+
+
+def _data(n: int = 8) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 4, generator=g)
+    return [{"x": x[i], "labels": torch.tensor(i % 3)} for i in range(n)]
+
+
+def _seen(lib, tmp_path, hook: str, **opts) -> list[str]:
+    """The logits dtypes ``hook`` was given during two training steps."""
+    seen: list[str] = []
+
+    def compute_loss_func(outputs, labels, num_items_in_batch=None):
+        seen.append(str(outputs["logits"].dtype))
+        return F.cross_entropy(outputs["logits"].float(), labels)
+
+    class Recording(lib.Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
+                                                 num_items_in_batch=num_items_in_batch)
+            if hook == "outputs":
+                seen.append(str(outputs["logits"].dtype))
+            return (loss, outputs) if return_outputs else loss
+
+    args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_train_batch_size=4, max_steps=2,
+                                 report_to="none", use_cpu=True, disable_tqdm=True, save_strategy="no",
+                                 label_smoothing_factor=0.1 if hook == "label_smoother" else 0.0, **opts)
+    trainer = Recording(model=Classifier(), args=args, train_dataset=_data(),
+                        compute_loss_func=compute_loss_func if hook == "compute_loss_func" else None)
+    if hook == "label_smoother":
+        smoother = trainer.label_smoother
+
+        def recording_smoother(outputs, labels, **kwargs):
+            seen.append(str(outputs["logits"].dtype))
+            return smoother(outputs, labels, **kwargs)
+
+        trainer.label_smoother = recording_smoother
+    trainer.train()
+    return seen
+
+
+@pytest.mark.parametrize("hook", ["compute_loss_func", "label_smoother", "outputs"])
+def test_bf16_training_hooks_get_float32_logits_as_upstream(tmp_path, hook):
+    ours = _seen(trainwell, tmp_path, hook, bf16=True)
+    theirs = _seen(transformers, tmp_path, hook, bf16=True)
+    assert ours == theirs == ["torch.float32"] * 2
+
+
+def test_without_mixed_precision_nothing_is_hooked(tmp_path):
+    ours = _seen(trainwell, tmp_path, "outputs")
+    assert ours == _seen(transformers, tmp_path, "outputs") == ["torch.float32"] * 2
+    from trainwell.loops.train_hooks import upcasts_outputs
+
+    assert not upcasts_outputs(trainwell.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
