@@ -24,6 +24,7 @@ from ..utils.losses import all_labels_ignored
 from ..utils.overrides import call_override
 from ..utils.model_utils import compile_model, enable_gradient_checkpointing, is_causal_lm, unwrap_model
 from ..utils.trainer_utils import TrainOutput
+from .setup import is_bitsandbytes_quantized
 
 if TYPE_CHECKING:
     from ..loops.loss_scaling import WindowScaler
@@ -208,4 +209,9 @@ def model_for_eval(trainer: Trainer) -> nn.Module:
             model = model.to(dtype=torch.bfloat16, device=trainer.args.device)
         elif trainer.place_model_on_device or (trainer.backend.caps.places_model and not trainer.is_model_parallel):
             model = model.to(trainer.args.device)  # (DeepSpeed ZeRO-1/2 before training: upstream's engine places it)
+    if trainer._tw_n_gpu > 1 and not isinstance(model, nn.DataParallel) and not is_bitsandbytes_quantized(model):
+        # Upstream's evaluation_loop -> _wrap_model(training=False): with several GPUs in one process the model is
+        # wrapped in nn.DataParallel for evaluation too (not a quantized one), so the n_gpu-times batch is split
+        # over the GPUs instead of running on GPU 0 alone (model parallelism forced n_gpu to 1 already)
+        model = nn.DataParallel(model)
     return model
