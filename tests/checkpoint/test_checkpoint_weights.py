@@ -188,10 +188,10 @@ def test_rng_capture_restore_reproduces_draws():
 
 
 def test_rng_file_roundtrip_with_safe_loading(tmp_path):
-    from trainwell.checkpoint.rng import read_rng_file, save_rng_file
+    from trainwell.checkpoint.rng import capture_rng_state, read_rng_file
 
     np.random.randn()  # leave a cached gaussian in numpy's state
-    save_rng_file(tmp_path / "rng_state.pth")
+    torch.save(capture_rng_state(), tmp_path / "rng_state.pth")  # as the checkpoint writes it
     expected = (random.random(), np.random.randn(), torch.rand(2))
     restore_rng_state(read_rng_file(tmp_path / "rng_state.pth"))
     assert (random.random(), np.random.randn()) == expected[:2]

@@ -40,10 +40,6 @@ class WeightsNotGathered(ValueError):
     ``stage3_gather_16bit_weights_on_model_save: false``): the engine's checkpoint is saved instead."""
 
 
-OptimizerFactory = Callable[[nn.Module], torch.optim.Optimizer]
-SchedulerFactory = Callable[[torch.optim.Optimizer, int], Any]
-
-
 class Backend(Protocol):
     """Wraps the model for one execution strategy and performs backward / clip / step for it."""
 
@@ -92,9 +88,6 @@ class Backend(Protocol):
 
     def state_dicts(self) -> Mapping[str, Any]:
         """Extra resumable state owned by the backend (e.g. the grad scaler)."""
-
-    def load_state_dicts(self, states: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dicts` returned."""
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Consolidated model weights (gathered across ranks when sharded) for ``save_model``."""

@@ -106,12 +106,6 @@ def list_complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return [path for _, path in _checkpoint_folders(output_dir) if is_complete(path)]
 
 
-def is_foreign(folder: str | os.PathLike) -> bool:
-    """True for a ``checkpoint-<step>`` directory without trainwell's marker (written by another tool)."""
-    path = Path(folder)
-    return path.is_dir() and not (path / COMPLETE_MARKER).is_file()
-
-
 def list_foreign_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """The ``checkpoint-<step>`` folders of ``output_dir`` that trainwell did not write (no marker), by step."""
     return [path for _, path in _checkpoint_folders(output_dir) if not is_complete(path)]

@@ -146,16 +146,6 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.mps.set_rng_state(state["mps"])
 
 
-def save_rng_file(path: str | os.PathLike) -> Path:
-    """Write :func:`capture_rng_state` to ``path`` atomically."""
-    import torch
-
-    from .layout import write_atomic
-
-    state = capture_rng_state()
-    return write_atomic(path, lambda tmp: torch.save(state, tmp))
-
-
 def read_rng_file(path: str | os.PathLike, *, trusted: bool = False) -> dict[str, Any]:
     """Read an RNG state file (safe loading unless ``trusted``); raises CheckpointError when it is unreadable."""
     import pickle

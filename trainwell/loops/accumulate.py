@@ -35,11 +35,6 @@ def _leaf_to_numpy(leaf: Any) -> Any:
     return tensor.cpu().numpy()
 
 
-def nested_numpify(obj: Any) -> Any:
-    """A nested structure of tensors as the same structure of CPU numpy arrays."""
-    return nested_map(_leaf_to_numpy, obj)
-
-
 def find_batch_size(inputs: Any) -> int | None:
     """The size of the first dimension of the first tensor found in a (nested) batch, or None."""
     leaves, _ = _flatten(inputs)

@@ -249,9 +249,6 @@ class DeepSpeedBackend:
         """Nothing extra: DeepSpeed's checkpoint holds optimizer, scheduler and loss-scaler state."""
         return {}
 
-    def load_state_dicts(self, states: Mapping[str, Any]) -> None:
-        """Nothing to restore here (see :meth:`load`)."""
-
     def gathered_parameters(self) -> AbstractContextManager[Any]:
         """A context in which every ZeRO-3 parameter is whole on every rank (changes made on rank 0 are kept)."""
         if not self.ds_config.is_zero3() or self.model is None:
