@@ -19,8 +19,10 @@ _NULL = nullcontext()
 class SingleDeviceBackend:
     """Backward, clipping and stepping for a model that lives in this process.
 
-    The gradient scaler of :class:`Precision` is created disabled when fp16 is off, so every method here is the same
-    straight line whatever the precision. Subclasses (DDP) change only the wrapping and ``no_sync``.
+    Precision is fixed when the backend is built: autocast comes from :class:`Precision`, and with fp16 the loss
+    goes through its gradient scaler (``backward``, ``clip_grad_norm`` and ``optimizer_step`` each branch once on
+    ``_scaling``, set at construction); bf16 and fp32 take the plain path. Subclasses (DDP) change only the
+    wrapping and ``no_sync``.
     """
 
     caps = Capabilities(async_checkpoint=True)
