@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "get_constant_schedule": "optim.schedules",
     "get_constant_schedule_with_warmup": "optim.schedules",
     "Adafactor": "optim.factory",
-    # DeepSpeed outside the Trainer (seed 001's non-Trainer integration)
+    # DeepSpeed outside the Trainer (upstream's non-Trainer integration: a model built under ZeRO-3)
     "HfDeepSpeedConfig": "backends.deepspeed.config",
     "is_deepspeed_zero3_enabled": "backends.deepspeed.config",
     # libraries built on transformers.Trainer (TRL, sentence-transformers, setfit) run on trainwell

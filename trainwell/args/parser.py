@@ -213,7 +213,7 @@ class ArgParser(argparse.ArgumentParser):
         else:
             kwargs["default"] = default
         target.add_argument(*options, dest=field.name, **kwargs)
-        # --no_flag for a bool defaulting to True, and for a tri-state one left unset (--no_tf32, seed 001)
+        # --no_flag for a bool defaulting to True, and for a tri-state one left unset (--no_tf32)
         if is_bool and (default is True or (default is None and _is_union(tp))):
             no_options = [f"--no_{field.name}"]
             if "_" in field.name:

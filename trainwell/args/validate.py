@@ -355,7 +355,8 @@ class ArgumentValidation:
         raw = value = self.sharded_ddp
         value = "simple" if value is True else ("" if value in (False, None) else value)
         words = value.split() if isinstance(value, str) else list(value)
-        value = ["offload" if word == "cpu_offload" else word for word in words]  # seed 002: "zero_dp_2 cpu_offload"
+        # upstream 4.x also accepted "zero_dp_2 cpu_offload"
+        value = ["offload" if word == "cpu_offload" else word for word in words]
         opts = _to_enum_list(ShardedDDPOption, value, "sharded_ddp")
         self.sharded_ddp = opts
         if not opts:

@@ -1,4 +1,4 @@
-"""DistributedDataParallel, optionally with ``ZeroRedundancyOptimizer`` (the seeds' ``--sharded_ddp simple``).
+"""DistributedDataParallel, optionally with ``ZeroRedundancyOptimizer`` (upstream 4.x's ``--sharded_ddp simple``).
 
 Every rank holds the whole model; gradients are averaged by DDP's all-reduce during backward, so the step, the
 clipping and the scaler of :class:`SingleDeviceBackend` apply unchanged. On gradient-accumulation micro-steps the

@@ -27,7 +27,7 @@ before the current unit's backward; ``BACKWARD_POST`` / ``NO_PREFETCH`` are refu
 ``limit_all_gathers`` is accepted: FSDP2 bounds the in-flight all-gathers by design. ``bf16`` becomes a ``MixedPrecisionPolicy`` (parameters cast for compute, gradients
 reduced in fp32) with bf16 autocast on top, as accelerate runs it.
 ``fp16`` keeps fp32 shards: autocast computes in fp16 and a ``ShardedGradScaler`` scales the loss
-(the seeds' ``--fp16 --sharded_ddp zero_dp_2``).
+(upstream 4.x's ``--fp16 --sharded_ddp zero_dp_2``).
 
 Checkpoints: :meth:`FSDPBackend.save` writes the sharded model and optimizer state with
 ``torch.distributed.checkpoint`` into ``<checkpoint>/fsdp_state`` (every rank writes its shard: fast, but the
@@ -71,7 +71,7 @@ def _mixed_precision_policy(args: Any) -> Any:
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     # fp16 keeps fp32 sharded parameters and gradients: autocast computes in fp16 and a ShardedGradScaler scales
-    # the loss (no fp16 reduce: the seeds' "--fp16 --sharded_ddp zero_dp_2" trains as it did with fairscale).
+    # the loss (no fp16 reduce: upstream 4.x's "--fp16 --sharded_ddp zero_dp_2" trains as it did with fairscale).
     if getattr(args, "bf16", False):
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return None

@@ -1,6 +1,6 @@
 """``build_backend(args)``: the only place that names the concrete backends.
 
-* no launcher, or a launcher with one process (``WORLD_SIZE=1``, the seeds' notebook emulation): one device
+* no launcher, or a launcher with one process (``WORLD_SIZE=1``, a notebook emulating a launcher): one device
   (:class:`SingleDeviceBackend`, ``nn.DataParallel`` over several visible GPUs);
 * several processes: the process group is created (``nccl`` on CUDA, ``gloo`` otherwise, or ``ddp_backend``;
   ``ddp_timeout``), then ``fsdp`` selects :class:`FSDPBackend` (``no_shard`` means plain DDP), otherwise

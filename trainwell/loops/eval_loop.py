@@ -454,7 +454,7 @@ def prediction_step(trainer: EvalLoopTrainer, model: Any, inputs: dict[str, Any]
         labels = labels[0] if len(labels) == 1 else (labels or None)
     with torch.no_grad(), trainer.backend.autocast(), _float32_outputs(trainer, model):
         if has_labels or loss_without_labels:
-            # an override with the seeds' signature compute_loss(model, inputs, return_outputs=False) works too
+            # an override with upstream's pre-4.46 signature compute_loss(model, inputs, return_outputs=False) works too
             loss, outputs = call_override(trainer, "compute_loss", model, inputs, return_outputs=True,
                                           num_items_in_batch=None)
             loss = loss.detach().mean()

@@ -1,6 +1,6 @@
 """Process topology from the launcher's environment, device choice, and small collectives.
 
-Every launcher the seeds use leaves its own variables behind: torchrun / ``torch.distributed.run`` and the
+Every launcher leaves its own variables behind: torchrun / ``torch.distributed.run`` and the
 ``deepspeed`` launcher set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``; the old ``torch.distributed.launch`` passes
 ``--local_rank`` (read into ``TrainingArguments.local_rank``); ``accelerate launch`` sets the same variables;
 SLURM's ``srun`` sets ``SLURM_PROCID``/``SLURM_STEP_NUM_TASKS``/``SLURM_LOCALID``; ``mpirun`` its ``OMPI_COMM_WORLD_*``.
@@ -107,7 +107,7 @@ def read_launch_env(local_rank_arg: int = -1) -> LaunchEnv:
     * ``srun`` without torchrun: ``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS`` /
       ``SLURM_LOCALID``; ``MASTER_ADDR`` defaults to the first host of ``SLURM_JOB_NODELIST``;
     * ``mpirun``: ``OMPI_COMM_WORLD_RANK`` / ``_SIZE`` / ``_LOCAL_RANK``;
-    * the seeds' notebook emulation (``RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=...``) gives a
+    * a notebook emulating a launcher (``RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=...``) gives a
       ``distributed`` environment of one process, which trains like a plain single process.
     """
     local_rank = _int_env("LOCAL_RANK")

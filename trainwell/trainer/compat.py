@@ -2,7 +2,7 @@
 
 The :class:`trainwell.Trainer` methods ``get_num_trainable_parameters``, ``get_learning_rates``,
 ``get_optimizer_group`` and the application of ``train(trial=<dict>)`` hyper-parameters delegate to the functions
-here, each given exactly what it reads; ``accelerator`` is :mod:`trainwell.trainer.accelerator`. (The seeds' legacy
+here, each given exactly what it reads; ``accelerator`` is :mod:`trainwell.trainer.accelerator`. (Upstream's legacy
 ``prediction_loop`` is a Trainer method beside ``evaluation_loop``, which it routes to.)
 """
 

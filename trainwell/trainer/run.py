@@ -140,7 +140,7 @@ def finish_training(trainer: Trainer, tr_loss: torch.Tensor, plan: TrainPlan, st
     else:
         num_samples = plan.max_steps * plan.total_train_batch_size
     # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
-    # whole plan (the seeds' versions divided the planned max_steps by the runtime).
+    # whole plan (upstream 4.x divided the planned max_steps by the runtime).
     steps_run = trainer.state.global_step - trainer._tw_loop.steps_at_start
     num_samples = num_samples * steps_run / max(plan.max_steps, 1)
     tokens = trainer._tw_loop.tokens_trained if trainer.args.include_tokens_per_second else None  # per device, seen

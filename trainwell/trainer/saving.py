@@ -123,7 +123,7 @@ def save_model(parts: TrainerCheckpoints, output_dir: str | None = None, _intern
     output_dir = output_dir or parts.args.output_dir
     try:  # a sharded model is gathered one tensor at a time while the writing rank writes it
         weights = parts.backend.stream_state_dict(model_save=True) if parts.backend.caps.sharded_state else None
-    except WeightsNotGathered as err:  # ZeRO-3 without stage3_gather_16bit_weights_on_model_save (seed 001)
+    except WeightsNotGathered as err:  # ZeRO-3 without stage3_gather_16bit_weights_on_model_save
         logger.warning("%s", err)
         parts.backend.save(Path(output_dir))  # the engine's checkpoint, written by every rank
         weights = False

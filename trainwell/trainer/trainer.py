@@ -706,7 +706,7 @@ class Trainer:
 
     def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
                         ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
-        """The seeds' legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
+        """Upstream's legacy loop (``use_legacy_prediction_loop=True`` calls it): the same as ``evaluation_loop``."""
         return self.evaluation_loop(dataloader, description, prediction_loss_only=prediction_loss_only,
                                     ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
 

@@ -1,9 +1,9 @@
 """The library's log level: ``set_verbosity`` and the per-process levels of ``log_level`` / ``log_level_replica``.
 
 Every trainwell module logs under the ``trainwell`` logger hierarchy. The Trainer calls
-:func:`setup_process_logging` when it is built, so that (as in the seeds' Logging section) the main process logs at
-``log_level``, the replicas at ``log_level_replica``, and with ``log_on_each_node=False`` only the main process of the
-first node counts as main. ``"passive"`` leaves the level as the user configured it.
+:func:`setup_process_logging` when it is built, so that (as upstream's Trainer documents under Logging) the main
+process logs at ``log_level``, the replicas at ``log_level_replica``, and with ``log_on_each_node=False`` only the main
+process of the first node counts as main. ``"passive"`` leaves the level as the user configured it.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@
   ``trainwell estimate-memory``).
 
 Every public name of these modules can be imported from this package; they are resolved lazily, so that importing
-the config does not import the engine. ``trainwell.deepspeed_config`` and ``trainwell.zero``, the former homes of
-the config and of the ZeRO helpers, re-export the same objects.
+the config does not import the engine.
 """
 
 from __future__ import annotations

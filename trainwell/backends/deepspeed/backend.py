@@ -268,7 +268,7 @@ class DeepSpeedBackend:
         only), kept on the saving rank only; None below ZeRO-3 (every rank holds them whole).
 
         ``model_save`` with ``stage3_gather_16bit_weights_on_model_save`` not true raises
-        :class:`~trainwell.backends.base.WeightsNotGathered` (seed 001: only the engine checkpoint is saved, the
+        :class:`~trainwell.backends.base.WeightsNotGathered` (then only the engine checkpoint is saved, the
         weights come out with ``zero_to_fp32``). A checkpoint's weights are streamed either way: at one parameter
         at a time their memory is not the reason for the setting.
         """
