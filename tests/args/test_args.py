@@ -495,8 +495,12 @@ def test_runtime_under_launcher_env(tmp_path, monkeypatch, rank, local, expect_l
 
     for key, value in {"RANK": rank, "WORLD_SIZE": 4, "LOCAL_RANK": local, "LOCAL_WORLD_SIZE": 2}.items():
         monkeypatch.setenv(key, str(value))
+    groups = []  # the process group is asked for at the first device/n_gpu use (upstream's _setup_devices): stubbed
+    monkeypatch.setattr("trainwell.runtime.distributed.init_process_group",
+                        lambda env, device, **kw: groups.append((env.world_size, env.rank, device.type)))
     args = make(tmp_path, use_cpu=True, per_device_train_batch_size=4, log_level="info",
                 log_level_replica="error")
+    assert groups == []  # constructing the arguments touches nothing
     assert args.local_rank == local
     assert (args.world_size, args.process_index, args.local_process_index) == (4, rank, local)
     assert args.parallel_mode == ParallelMode.DISTRIBUTED and args.n_gpu == 0 and args.device.type == "cpu"
@@ -505,7 +509,8 @@ def test_runtime_under_launcher_env(tmp_path, monkeypatch, rank, local, expect_l
     assert args.get_process_log_level() == (logging.INFO if expect_log else logging.ERROR)
     global_only = make(tmp_path, use_cpu=True, log_on_each_node=False, save_on_each_node=True)
     assert global_only.should_log is (rank == 0) and global_only.should_save is (local == 0)
-    with args.main_process_first(desc="tokenising"):  # no process group: must not block or create one
+    assert groups == [(4, rank, "cpu")]  # once (global_only's ranks and logging read the environment only)
+    with args.main_process_first(desc="tokenising"):  # no process group (stubbed): must not block
         pass
     assert not dist.is_initialized()
 

@@ -43,21 +43,47 @@ class RuntimeProperties:
             cached = self.__dict__["_runtime_cache"] = (env, device, n_gpu)
         return cached
 
+    def _set_up_runtime(self) -> tuple[Any, torch.device, int]:
+        """:meth:`_runtime` with the distributed state set up, once, at the first ``device``/``n_gpu``/
+        ``main_process_first`` use, as upstream's ``TrainingArguments._setup_devices`` (accelerate's
+        ``PartialState``): under a launcher of several processes the process group exists and each rank's CUDA
+        device is current, so ``main_process_first()`` before any Trainer waits for the main process and a bare
+        ``"cuda"`` in the user's script is this rank's GPU, not GPU 0. The ranks, ``world_size`` and the logging
+        properties read the launcher's environment only. DeepSpeed creates its own group when its engine is built
+        (``deepspeed.init_distributed``)."""
+        runtime = self._runtime()
+        if not self.__dict__.get("_devices_set_up"):
+            self._setup_distributed(*runtime[:2])  # (raises again at the next use when the launch is incomplete)
+            self.__dict__["_devices_set_up"] = True
+        return runtime
+
+    def _setup_distributed(self, env: Any, device: torch.device) -> None:
+        from ..runtime.distributed import init_process_group
+
+        if env.distributed and env.world_size > 1 and not getattr(self, "deepspeed", None):
+            init_process_group(env, device, backend=getattr(self, "ddp_backend", None),
+                               timeout_s=int(getattr(self, "ddp_timeout", 1800)))  # sets the CUDA device first
+        elif device.type == "cuda":  # upstream: torch.cuda.set_device(cuda:0) in one process, the rank's GPU under DS
+            import torch
+
+            torch.cuda.set_device(device)
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_runtime_cache", None)  # re-resolve on the machine that unpickles
+        state.pop("_devices_set_up", None)
         state.pop("hf_deepspeed_config", None)  # process-wide registration, not data
         return state
 
     @property
     def device(self) -> torch.device:
-        """The device this process uses."""
-        return self._runtime()[1]
+        """The device this process uses (its first use sets the distributed state up, see :meth:`_set_up_runtime`)."""
+        return self._set_up_runtime()[1]
 
     @property
     def n_gpu(self) -> int:
         """CUDA devices used by this process: 0 on CPU/MPS, 1 under a launcher, all visible ones otherwise."""
-        return self._runtime()[2]
+        return self._set_up_runtime()[2]
 
     @property
     def parallel_mode(self) -> ParallelMode:
@@ -140,6 +166,7 @@ class RuntimeProperties:
         """
         from ..runtime.distributed import barrier, is_dist
 
+        self._set_up_runtime()  # upstream's reads distributed_state: the process group exists from here
         if self.world_size <= 1 or not is_dist():
             yield
             return
