@@ -231,6 +231,11 @@ def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
     set_seed(seed)
     os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
+    # as upstream's enable_full_determinism (transformers/trainer_utils.py): Ascend NPUs' deterministic mode and
+    # flash-attention's deterministic backward (read by the flash_attn kernels transformers calls)
+    os.environ["ASCEND_LAUNCH_BLOCKING"] = "1"
+    os.environ["HCCL_DETERMINISTIC"] = "1"
+    os.environ["FLASH_ATTENTION_DETERMINISTIC"] = "1"
     torch.use_deterministic_algorithms(True, warn_only=warn_only)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
