@@ -106,6 +106,9 @@ class Trainer:
         if tokenizer is not None:
             warnings.warn("`tokenizer` is deprecated, use `processing_class` instead", FutureWarning, stacklevel=2)
             processing_class = processing_class if processing_class is not None else tokenizer
+        # the device set up first (set_device; the process group under a launcher), as upstream's arguments do in
+        # __post_init__: the memory tracker's CUDA readings are then this rank's GPU, not GPU 0
+        args.device  # noqa: B018
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
