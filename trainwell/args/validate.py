@@ -164,6 +164,7 @@ class ArgumentValidation:
         self._check_deepspeed()
         self.report_to = _normalise_report_to(self.report_to)
         self._resolve_misc()
+        self._tf32_for_compile()
 
     def _apply_deprecations(self) -> None:
         for old, (new, unset) in _RENAMED.items():
@@ -335,6 +336,22 @@ class ArgumentValidation:
                              "bf16=True" + (", or use_cpu=False" if self.use_cpu else "") + ".")
         if self.tf32 is not None:
             self._apply_tf32()
+
+    def _tf32_for_compile(self) -> None:
+        """``torch_compile`` turns TF32 on where the GPU has it, unless ``tf32`` or ``fp16`` says otherwise.
+
+        Upstream rule (``TrainingArguments.__post_init__``, "TF32" step): with ``torch_compile``, ``enable_tf32(True)``
+        when ``tf32 is None and not fp16 or bf16``, then an explicit ``tf32`` is applied over it; the net effect is
+        TF32 on when ``tf32`` is unset and ``fp16`` is off (bf16 excludes fp16), as here."""
+        if not (self.torch_compile and self.tf32 is None and not self.fp16):
+            return
+        import torch
+
+        if torch.cuda.is_available() and torch.version.cuda is not None and torch.cuda.get_device_capability()[0] >= 8:
+            logger.info("Setting TF32 in the CUDA backends to speed up torch_compile (tf32 unset; pass tf32=False to "
+                        "keep float32 matmuls)")
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
 
     def _apply_tf32(self) -> None:
         import torch
