@@ -93,7 +93,7 @@ def test_defaults_match_upstream(tmp_path):
     assert TrainingArguments().output_dir == "trainer_output"
     assert (args.per_device_train_batch_size, args.per_device_eval_batch_size) == (8, 8)
     assert args.learning_rate == 5e-5 and args.num_train_epochs == 3.0 and args.max_steps == -1
-    assert args.optim == OptimizerNames.ADAMW_TORCH and args.optim == "adamw_torch"
+    assert args.optim == OptimizerNames.ADAMW_TORCH_FUSED and args.optim == "adamw_torch_fused"  # torch >= 2.8
     assert args.lr_scheduler_type == SchedulerType.LINEAR and args.lr_scheduler_kwargs == {}
     assert args.eval_strategy == IntervalStrategy.NO and args.do_eval is False
     assert args.logging_strategy == IntervalStrategy.STEPS and args.logging_steps == 500
@@ -433,7 +433,7 @@ def test_to_dict_json_round_trip(tmp_path):
                 label_names=["labels"], deepspeed=str(ds), torch_compile_mode="default")
     d = args.to_dict()
     assert d["eval_strategy"] == "steps" and d["lr_scheduler_type"] == "cosine" and d["debug"] == ["underflow_overflow"]
-    assert d["optim"] == "adamw_torch" and d["hub_strategy"] == "every_save"
+    assert d["optim"] == "adamw_torch_fused" and d["hub_strategy"] == "every_save"
     assert json.loads(args.to_json_string()) == d
     assert make(**d) == args  # to_dict feeds back with no deprecation warning
     fsdp_args = make(tmp_path, fsdp="shard_grad_op auto_wrap", fsdp_config={"fsdp_min_num_params": 5})

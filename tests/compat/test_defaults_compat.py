@@ -27,8 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # field -> why trainwell's value (after __post_init__) differs from transformers 5.23's
 DELIBERATE = {
-    "optim": "adamw_torch (upstream: adamw_torch_fused): the same algorithm; the unfused default gives bit-identical "
-             "results on every device and to a hand-written torch.optim.AdamW loop",
     "average_tokens_across_devices": "False (upstream: True): the seeds' default; True works as upstream",
     "include_num_input_tokens_seen": "a bool (upstream: 'no'/'all'/'non_padding'): True counts every input token",
     "accelerator_config": "None (upstream: an AcceleratorConfig object): trainwell does not run on accelerate",

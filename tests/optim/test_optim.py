@@ -150,6 +150,31 @@ def test_adamw_torch_fused_on_cpu():
     assert not torch.equal(before, model.weight)
 
 
+def test_the_default_optim_is_upstreams_fused_adamw(tmp_path):
+    """Upstream 5.x defaults to adamw_torch_fused with torch >= 2.8; trainwell builds the same fused AdamW (CPU too)."""
+    from trainwell import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path))
+    assert args.optim == OptimizerNames.ADAMW_TORCH_FUSED
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        optimizer = create_optimizer(nn.Linear(3, 2), args)
+    assert type(optimizer) is torch.optim.AdamW and optimizer.defaults["fused"] is True
+    transformers = pytest.importorskip("transformers")
+    assert args.optim.value == transformers.TrainingArguments(output_dir=str(tmp_path)).optim.value
+
+
+@pytest.mark.parametrize("version, expected", [("2.13.0+cpu", "adamw_torch_fused"), ("2.8.0", "adamw_torch_fused"),
+                                               ("2.7.1+cu126", "adamw_torch"), ("3.0.0a0", "adamw_torch_fused")])
+def test_default_optim_follows_the_torch_version(monkeypatch, version, expected):
+    import types
+
+    from trainwell.args.fields import _default_optim
+
+    monkeypatch.setitem(__import__("sys").modules, "torch", types.SimpleNamespace(__version__=version))
+    assert _default_optim() == expected
+
+
 def test_adamw_torch_fused_falls_back_for_unsupported_params():
     model = nn.Linear(3, 2, device="meta")  # no fused kernels for the meta device
     with pytest.warns(UserWarning, match="falling back"):
@@ -325,3 +350,33 @@ def test_adafactor_factored_update_matches_row_column_formula():
         cols = beta2t * cols + (1 - beta2t) * squared.mean(0)
         expected -= 0.1 * grad / (torch.outer(rows, cols) / rows.mean()).sqrt()
     assert torch.allclose(param.detach(), expected, atol=1e-6)
+
+
+def test_a_checkpoint_of_the_unfused_adamw_resumes_under_the_fused_default(tmp_path):
+    """A checkpoint written with optim='adamw_torch' (trainwell's former default) resumes under today's default
+    (adamw_torch_fused): the optimizer state is the same AdamW state, and its saved param groups come back with it
+    (fused=None: torch's unfused default), so the resumed run ends on the uninterrupted unfused run's weights bit
+    for bit (as upstream)."""
+    from helpers.callbacks import StopAtStep
+    from helpers.data import regression_data
+    from helpers.models import RegressionModel
+    from trainwell import Trainer, TrainingArguments
+
+    data = regression_data(48)
+
+    def run(out: str, resume: bool = False, stop: int | None = None, **extra) -> Trainer:
+        args = TrainingArguments(output_dir=str(tmp_path / out), max_steps=6, per_device_train_batch_size=8,
+                                 learning_rate=0.05, save_strategy="steps", save_steps=3, report_to="none",
+                                 disable_tqdm=True, seed=1, **extra)
+        trainer = Trainer(model_init=lambda: RegressionModel(), args=args, train_dataset=data,
+                          callbacks=[StopAtStep(stop)] if stop else [])
+        trainer.train(resume_from_checkpoint=True if resume else None)
+        return trainer
+
+    whole = run("whole", optim="adamw_torch")
+    run("split", stop=3, optim="adamw_torch")
+    resumed = run("split", resume=True)
+    assert resumed.args.optim == OptimizerNames.ADAMW_TORCH_FUSED and resumed.state.global_step == 6
+    assert len(resumed.optimizer.param_groups) == 2 and not any(g["fused"] for g in resumed.optimizer.param_groups)
+    for a, b in zip(whole.model.state_dict().values(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b)

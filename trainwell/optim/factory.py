@@ -131,9 +131,29 @@ def _fused_supported(model: nn.Module | None) -> bool:
     return all(p.device.type in devices and p.is_floating_point() for p in trainable)
 
 
+def _sharded_fp16(args: Any, model: nn.Module | None) -> bool:
+    """fp16 over FSDP-sharded (``DTensor``) parameters: the loss is scaled by a ``ShardedGradScaler``, whose
+    ``found_inf`` has shape ``(1,)``, and torch's fused AdamW cannot subtract that from its 0-dim step counters
+    ("output with shape [] doesn't match the broadcast shape [1]", on every device; pytorch/pytorch#140514)."""
+    if model is None or not getattr(args, "fp16", False):
+        return False
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:
+        return False
+    return any(isinstance(p, DTensor) for p in model.parameters() if p.requires_grad)
+
+
 def _adamw_fused(args: Any, model: nn.Module | None) -> tuple[type, dict[str, Any]]:
     kwargs = _adam_kwargs(args)
-    if _fused_supported(model):
+    if _sharded_fp16(args, model):
+        warnings.warn(
+            "fp16 with FSDP scales the loss with a ShardedGradScaler, which torch's fused AdamW cannot step with "
+            "(pytorch/pytorch#140514): using the non-fused torch AdamW (set optim='adamw_torch' to silence this, "
+            "or use bf16).",
+            stacklevel=3,
+        )
+    elif _fused_supported(model):
         kwargs["fused"] = True
     else:
         warnings.warn(
