@@ -293,10 +293,10 @@ def test_local_rank_follows_launcher_env(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ dict / json fields
 def test_json_strings_are_parsed(tmp_path):
-    args = make(tmp_path, lr_scheduler_kwargs='{"num_cycles": 2}', gradient_checkpointing_kwargs='{"a": 1}',
+    args = make(tmp_path, lr_scheduler_kwargs='{"num_cycles": 2}', activation_checkpointing_kwargs='{"a": 1}',
                 deepspeed='{"train_batch_size": "auto"}')
     assert args.lr_scheduler_kwargs == {"num_cycles": 2}
-    assert args.gradient_checkpointing_kwargs == {"a": 1}
+    assert args.activation_checkpointing_kwargs == args.gradient_checkpointing_kwargs == {"a": 1}  # the alias mirrors
     assert args.deepspeed == {"train_batch_size": "auto"}
     with pytest.raises(ValueError, match="lr_scheduler_kwargs is not valid JSON"):
         make(tmp_path, lr_scheduler_kwargs="{num_cycles: 2}")

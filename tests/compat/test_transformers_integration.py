@@ -244,8 +244,8 @@ def test_gradient_checkpointing_uses_the_models_own_method(model_path, tokenizer
             return original(*args, **kwargs)
 
         setattr(model, method, spy)
-        args = quiet_args(tmp_path, max_steps=3, gradient_checkpointing=checkpointing,
-                          gradient_checkpointing_kwargs={"use_reentrant": False} if checkpointing else None)
+        args = quiet_args(tmp_path, max_steps=3, activation_checkpointing=checkpointing,  # upstream 5.24's names
+                          activation_checkpointing_kwargs={"use_reentrant": False} if checkpointing else None)
         trainer = Trainer(model=model, args=args, train_dataset=encoded, processing_class=tokenizer)
         trainer.train()
         return trainer, calls

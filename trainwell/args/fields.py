@@ -36,6 +36,7 @@ from .validate import (  # noqa: F401  (DebugOption, _RENAMED, REPORT_TO_INTEGRA
     TORCH_COMPILE_MODES,
     _RENAMED,
     ArgumentValidation,
+    _deprecated_checkpointing,
     DebugOption,
     _normalise_report_to,
     _normalise_steps,
@@ -233,6 +234,8 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     ddp_find_unused_parameters: bool | None = _f(None, "DDP find_unused_parameters.")
     ddp_bucket_cap_mb: int | None = _f(None, "DDP bucket_cap_mb.")
     ddp_broadcast_buffers: bool | None = _f(None, "DDP broadcast_buffers.")
+    ddp_static_graph: bool | None = _f(None, "When using distributed training, the value of the flag `static_graph` "
+                                             "passed to `DistributedDataParallel`.")
     dataloader_pin_memory: bool = _f(True, "Pin memory in data loaders.")
     dataloader_persistent_workers: bool = _f(False, "Keep data loader workers alive between epochs.")
     skip_memory_metrics: bool = _f(True, "Skip the memory profiler metrics.")
@@ -247,8 +250,19 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     hub_private_repo: bool | None = _f(None, "Create the hub repository private.")
     hub_always_push: bool = _f(False, "Push at every save even when the previous push has not finished.")
     hub_revision: str | None = _f(None, "Hub branch (revision) to push to.")
-    gradient_checkpointing: bool = _f(False, "Trade compute for memory with gradient checkpointing.")
-    gradient_checkpointing_kwargs: dict | str | None = _f(None, "Arguments of gradient_checkpointing_enable.")
+    # upstream 5.24's names; None until __post_init__ resolves them with their deprecated gradient_* aliases (then
+    # False / the same dict in both names, as upstream)
+    activation_checkpointing: bool | None = _f(None, "Enable activation checkpointing to trade compute for memory. "
+                                                     "Reduces memory at the cost of ~20% slower training.")
+    activation_checkpointing_kwargs: dict | str | None = _f(
+        None, "Keyword arguments passed to `activation_checkpointing_enable()`. `every_n_layers` checkpoints only every "
+        "n-th decoder layer instead of all of them; `1` is the usual all-or-nothing behavior, and larger values give "
+        "some memory back to speed. `offload` holds the saved activations in pinned host memory, which frees device "
+        "memory and makes the step slower. Any other key is forwarded to `torch.utils.checkpoint.checkpoint`.")
+    gradient_checkpointing: bool | None = _f(None, "Deprecated alias of `activation_checkpointing`, will be removed "
+                                                   "in v6.")
+    gradient_checkpointing_kwargs: dict | str | None = _f(None, "Deprecated alias of "
+                                                                "`activation_checkpointing_kwargs`, will be removed in v6.")
     include_inputs_for_metrics: bool = _f(False, "Deprecated: use include_for_metrics=['inputs'].")
     include_for_metrics: list[str] = _f(help="Extra values passed to compute_metrics: inputs, loss.",
                                         factory=list)
@@ -324,13 +338,18 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     # ------------------------------------------------------------------ upstream helper setters
     def set_training(self, learning_rate: float = 5e-5, batch_size: int = 8, weight_decay: float = 0,
                      num_epochs: float = 3, max_steps: int = -1, gradient_accumulation_steps: int = 1,
-                     seed: int = 42, gradient_checkpointing: bool = False) -> TrainingArguments:
-        """Turn training on and set its main hyper-parameters; returns self."""
+                     seed: int = 42, activation_checkpointing: bool = False,
+                     gradient_checkpointing: bool | None = None) -> TrainingArguments:
+        """Turn training on and set its main hyper-parameters; returns self (``gradient_checkpointing``: the
+        deprecated alias of ``activation_checkpointing``, as upstream 5.24)."""
         self.do_train = True
         self.learning_rate, self.per_device_train_batch_size = learning_rate, batch_size
         self.weight_decay, self.num_train_epochs, self.max_steps = weight_decay, num_epochs, max_steps
         self.gradient_accumulation_steps, self.seed = gradient_accumulation_steps, seed
-        self.gradient_checkpointing = gradient_checkpointing
+        if gradient_checkpointing is not None:
+            _deprecated_checkpointing("gradient_checkpointing", "activation_checkpointing")
+            activation_checkpointing = gradient_checkpointing
+        self.activation_checkpointing = self.gradient_checkpointing = activation_checkpointing
         return self
 
     def set_evaluate(self, strategy: str | IntervalStrategy = "no", steps: int = 500, batch_size: int = 8,

@@ -42,7 +42,7 @@ INCLUDE_FOR_METRICS = ("inputs", "loss")
 TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl")
 _DICT_FIELDS = ("lr_scheduler_kwargs", "fsdp_config", "accelerator_config", "deepspeed",
-                "gradient_checkpointing_kwargs", "liger_kernel_config")
+                "gradient_checkpointing_kwargs", "activation_checkpointing_kwargs", "liger_kernel_config")
 _FILE_DICT_FIELDS = ("fsdp_config", "accelerator_config", "deepspeed")
 # deprecated field -> (replacement field, the deprecated field's "unset" value)
 _RENAMED: dict[str, tuple[str, Any]] = {
@@ -67,6 +67,12 @@ class DebugOption(ExplicitEnum):
 def _deprecated(old: str, new: str) -> None:
     warnings.warn(f"`{old}` is deprecated and will be removed in a future version; use `{new}` instead.",
                   FutureWarning, stacklevel=4)
+
+
+def _deprecated_checkpointing(old: str, new: str) -> None:
+    """Upstream 5.24's FutureWarning for the ``gradient_checkpointing*`` aliases."""
+    warnings.warn(f"`{old}` is deprecated and will be removed in v6. Use `{new}` instead.", FutureWarning,
+                  stacklevel=4)
 
 
 def _to_enum(cls: type[Enum], value: Any, name: str) -> Any:
@@ -155,6 +161,7 @@ class ArgumentValidation:
         self._normalise_paths()
         self._convert_enums()
         self._parse_dict_fields()
+        self._resolve_activation_checkpointing()
         self._check_numbers()
         self._resolve_step_intervals()
         self._resolve_best_model()
@@ -165,6 +172,19 @@ class ArgumentValidation:
         self.report_to = _normalise_report_to(self.report_to)
         self._resolve_misc()
         self._tf32_for_compile()
+
+    def _resolve_activation_checkpointing(self) -> None:
+        """Upstream 5.24's rule (``TrainingArguments.__post_init__``): ``gradient_checkpointing*`` are deprecated
+        aliases of ``activation_checkpointing*``, used only when the new name is unset; then the old names mirror the
+        new ones (code reading them keeps working) and an unset ``activation_checkpointing`` is False."""
+        for old, new in (("gradient_checkpointing", "activation_checkpointing"),
+                         ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs")):
+            if getattr(self, new) is None and getattr(self, old) is not None:
+                _deprecated_checkpointing(old, new)
+                setattr(self, new, getattr(self, old))
+            setattr(self, old, getattr(self, new))
+        if self.activation_checkpointing is None:
+            self.activation_checkpointing = self.gradient_checkpointing = False
 
     def _apply_deprecations(self) -> None:
         for old, (new, unset) in _RENAMED.items():

@@ -25,6 +25,7 @@ from torch import nn
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError, write_atomic
 from ..runtime.precision import Precision
+from ..utils.model_utils import activation_checkpointing
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
 
@@ -96,7 +97,8 @@ class DDPBackend(SingleDeviceBackend):
         args = self.args
         find_unused = args.ddp_find_unused_parameters
         if find_unused is None:  # upstream's rule: find_unused_parameters breaks (reentrant) gradient checkpointing
-            find_unused = not (args.gradient_checkpointing or getattr(model, "is_gradient_checkpointing", False))
+            find_unused = not (activation_checkpointing(args)[0] or getattr(model, "is_activation_checkpointing", False)
+                               or getattr(model, "is_gradient_checkpointing", False))
         kwargs: dict[str, Any] = {"find_unused_parameters": bool(find_unused)}
         if self.device.type == "cuda":
             kwargs["device_ids"] = [self.device.index if self.device.index is not None else 0]
@@ -105,6 +107,8 @@ class DDPBackend(SingleDeviceBackend):
             kwargs["bucket_cap_mb"] = args.ddp_bucket_cap_mb
         if args.ddp_broadcast_buffers is not None:
             kwargs["broadcast_buffers"] = args.ddp_broadcast_buffers
+        if getattr(args, "ddp_static_graph", None) is not None:  # upstream: ddp_kwargs["static_graph"]
+            kwargs["static_graph"] = args.ddp_static_graph
         return kwargs
 
     def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:

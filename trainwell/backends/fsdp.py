@@ -51,6 +51,7 @@ from torch import nn
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
 from ..runtime.precision import Precision
+from ..utils.model_utils import activation_checkpointing
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
 
@@ -177,9 +178,9 @@ class FSDPBackend(SingleDeviceBackend):
         if self.config.get("xla"):
             raise ValueError("fsdp_config['xla']=True: PyTorch/XLA FSDP is not supported by trainwell; remove it")
         check_fsdp_config(self.config)
-        if self.config.get("activation_checkpointing") and getattr(args, "gradient_checkpointing", False):
-            raise ValueError("fsdp_config['activation_checkpointing'] and gradient_checkpointing=True both ask for "
-                             "activation checkpointing; keep only one of them")
+        if self.config.get("activation_checkpointing") and activation_checkpointing(args)[0]:
+            raise ValueError("fsdp_config['activation_checkpointing'] and activation_checkpointing=True (or "
+                             "gradient_checkpointing=True) both ask for activation checkpointing; keep only one of them")
         self.mp_policy = _mixed_precision_policy(args)
         if self.scaler.is_enabled():  # fp16: found-inf is agreed across ranks, gradients are sharded DTensors
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
@@ -235,7 +236,7 @@ class FSDPBackend(SingleDeviceBackend):
         if self.config.get("activation_checkpointing"):
             from ..utils.model_utils import enable_gradient_checkpointing
 
-            enable_gradient_checkpointing(model, getattr(self.args, "gradient_checkpointing_kwargs", None))
+            enable_gradient_checkpointing(model, activation_checkpointing(self.args)[1])
         self._shard(model)
         if full is not None:
             self._broadcast_rank0_weights(model, full)

@@ -22,7 +22,8 @@ from ..loops import train_hooks
 from ..utils import reporting
 from ..utils.losses import all_labels_ignored
 from ..utils.overrides import call_override
-from ..utils.model_utils import compile_model, enable_gradient_checkpointing, is_causal_lm, unwrap_model
+from ..utils.model_utils import activation_checkpointing, compile_model, enable_gradient_checkpointing, is_causal_lm
+from ..utils.model_utils import unwrap_model
 from ..utils.trainer_utils import TrainOutput
 from .setup import is_bitsandbytes_quantized
 
@@ -71,8 +72,9 @@ def init_state(trainer: Trainer, plan: TrainPlan) -> None:
 
 def prepare_for_training(trainer: Trainer, max_steps: int) -> nn.Module:
     """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
-    if trainer.args.gradient_checkpointing:
-        enable_gradient_checkpointing(unwrap_model(trainer.model), trainer.args.gradient_checkpointing_kwargs)
+    checkpointing, checkpointing_kwargs = activation_checkpointing(trainer.args)  # upstream 5.24's names
+    if checkpointing:
+        enable_gradient_checkpointing(unwrap_model(trainer.model), checkpointing_kwargs)
     trainer.backend.prepare_model(trainer.model, training=True)
     trainer.model = trainer.backend.model
     train_hooks.attach(trainer)  # neftune noise, underflow/overflow detector: none unless asked for

@@ -100,37 +100,63 @@ def count_parameters(model: nn.Module, *, trainable_only: bool = False) -> int:
 
 def _checkpointed_forward(forward: Any, kwargs: dict[str, Any], module: nn.Module, *args: Any, **fkwargs: Any) -> Any:
     if module.training and torch.is_grad_enabled():
+        if kwargs.get("_offload"):  # activation_checkpointing_kwargs['offload']: the saved inputs on the host
+            options = {key: value for key, value in kwargs.items() if key != "_offload"}
+            with torch.autograd.graph.save_on_cpu(pin_memory=torch.cuda.is_available()):
+                return checkpoint(forward, *args, **options, **fkwargs)
         return checkpoint(forward, *args, **kwargs, **fkwargs)
     return forward(*args, **fkwargs)
+
+
+def activation_checkpointing(args: Any) -> tuple[bool, dict[str, Any] | None]:
+    """``(activation_checkpointing, its kwargs)`` of the arguments: upstream 5.24's names, or their deprecated
+    ``gradient_checkpointing*`` aliases on an arguments object that has only those (a namespace, an older copy)."""
+    on = getattr(args, "activation_checkpointing", None)
+    kwargs = getattr(args, "activation_checkpointing_kwargs", None)
+    if on is None:
+        on, kwargs = getattr(args, "gradient_checkpointing", False), getattr(args, "gradient_checkpointing_kwargs", None)
+    return bool(on), kwargs
 
 
 def enable_gradient_checkpointing(model: nn.Module, kwargs: dict[str, Any] | None = None) -> int:
     """Turn on activation checkpointing; returns the number of wrapped blocks (0 when the model does it itself).
 
-    A transformers model is asked to do it: ``activation_checkpointing_enable`` (transformers >= 5.2x, where
+    As upstream 5.24's Trainer, ``every_n_layers`` (checkpoint every n-th layer only) and ``offload`` (saved
+    activations in pinned host memory) come out of ``kwargs`` and the rest goes to ``torch.utils.checkpoint``. A
+    transformers model is asked to do it: ``activation_checkpointing_enable`` (transformers >= 5.2x, where
     ``gradient_checkpointing_enable`` is a deprecated alias) or ``gradient_checkpointing_enable``. For a plain
-    module every block of every ``nn.ModuleList`` (the usual stack of layers) recomputes its activations in backward.
+    module every ``every_n_layers``-th block of every ``nn.ModuleList`` (the usual stack of layers) recomputes its
+    activations in backward (``offload`` keeps them on the host with ``torch.autograd.graph.save_on_cpu``).
     """
     kwargs = dict(kwargs or {})
+    every_n_layers, offload = int(kwargs.pop("every_n_layers", 1)), bool(kwargs.pop("offload", False))
+    if every_n_layers < 1:
+        raise ValueError(f"activation_checkpointing_kwargs['every_n_layers']={every_n_layers}: use 1 (every layer) "
+                         "or more (every n-th layer)")
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None,
+                                              every_n_layers=every_n_layers, offload=offload)
         return 0
     if hasattr(model, "gradient_checkpointing_enable"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None)
+        extra = {} if every_n_layers == 1 and not offload else {"every_n_layers": every_n_layers, "offload": offload}
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None, **extra)
         return 0
     kwargs.setdefault("use_reentrant", False)
+    if offload:
+        kwargs["_offload"] = True
     wrapped = 0
     for module in model.modules():
         if isinstance(module, nn.ModuleList):
-            for block in module:
-                if not getattr(block, "_trainwell_checkpointed", False):
+            for index, block in enumerate(module):
+                if index % every_n_layers == 0 and not getattr(block, "_trainwell_checkpointed", False):
                     block.forward = functools.partial(_checkpointed_forward, block.forward, kwargs, block)
                     block._trainwell_checkpointed = True
                     wrapped += 1
     if wrapped == 0:
         raise ValueError(
-            f"gradient_checkpointing=True, but {type(model).__name__} has neither gradient_checkpointing_enable() "
-            "nor an nn.ModuleList of blocks to checkpoint; remove the flag or wrap your layers in an nn.ModuleList"
+            f"activation_checkpointing=True (or gradient_checkpointing=True), but {type(model).__name__} has neither "
+            "activation_checkpointing_enable() nor an nn.ModuleList of blocks to checkpoint; remove the flag or wrap "
+            "your layers in an nn.ModuleList"
         )
     return wrapped
 
