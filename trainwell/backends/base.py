@@ -33,6 +33,9 @@ class Capabilities:
     # The backend moves the model to the device itself when it prepares it (FSDP shards it unit by unit, DeepSpeed's
     # engine), so the Trainer leaves it where it is: upstream's ``place_model_on_device = False`` for both.
     places_model: bool = False
+    # ``torch_compile`` compiles inside the engine (DeepSpeed's ``engine.compile()``, as accelerate's prepare for
+    # DeepSpeed does) instead of ``torch.compile`` on the engine object, which would wrap away its methods.
+    compiles_in_engine: bool = False
 
 
 class WeightsNotGathered(ValueError):

@@ -86,7 +86,7 @@ def prepare_for_training(trainer: Trainer, max_steps: int) -> nn.Module:
     trainer._adopt_input_dtype()
     wrapped = trainer.backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
     if trainer.args.torch_compile:
-        wrapped = compile_model(wrapped, trainer.args)
+        wrapped = compile_model(wrapped, trainer.args, in_engine=trainer.backend.caps.compiles_in_engine)
     trainer.model_wrapped = wrapped
     trainer.callback_handler.model = trainer.model
     trainer.callback_handler.optimizer = trainer.optimizer

@@ -161,11 +161,20 @@ def enable_gradient_checkpointing(model: nn.Module, kwargs: dict[str, Any] | Non
     return wrapped
 
 
-def compile_model(model: nn.Module, args: Any) -> nn.Module:
-    """``torch.compile`` with the ``torch_compile_backend`` / ``torch_compile_mode`` arguments."""
+def compile_model(model: nn.Module, args: Any, *, in_engine: bool = False) -> nn.Module:
+    """``torch.compile`` with the ``torch_compile_backend`` / ``torch_compile_mode`` arguments.
+
+    ``in_engine`` (a backend whose ``caps.compiles_in_engine``, DeepSpeed): the engine compiles its own module,
+    ``model.compile(backend=..., compile_kwargs=...)``, and stays the object returned, as accelerate's
+    ``Accelerator._prepare_deepspeed`` calls ``engine.compile``; ``torch.compile`` on the engine would hide its
+    ``backward``/``step`` behind an ``OptimizedModule``."""
     kwargs: dict[str, Any] = {"backend": getattr(args, "torch_compile_backend", None) or "inductor"}
     if getattr(args, "torch_compile_mode", None):
         kwargs["mode"] = args.torch_compile_mode
+    if in_engine:
+        backend = kwargs.pop("backend")
+        model.compile(backend=backend, compile_kwargs=kwargs)
+        return model
     return torch.compile(model, **kwargs)
 
 

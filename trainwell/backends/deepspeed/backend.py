@@ -139,7 +139,7 @@ class DeepSpeedBackend:
         self.ds_config = DeepSpeedConfig(args.deepspeed)  # the live config: is_deepspeed_zero3_enabled() sees it
         self.caps = Capabilities(handles_grad_accumulation=True, owns_precision=True,
                                  sharded_state=self.ds_config.is_zero3(), fixed_micro_batch_size=True,
-                                 places_model=True)
+                                 places_model=True, compiles_in_engine=True)
         self.deepspeed = import_deepspeed(device)
         ensure_process_group(device, getattr(args, "ddp_backend", None))
         self.engine: Any = None
