@@ -1,19 +1,28 @@
 """Overhead benchmark: trainwell's Trainer against a hand-written PyTorch loop (and transformers.Trainer).
 
-All runners train the same MLP (64 -> 256 -> 256 -> 10, batch 32) on the same synthetic data, from the same
-initial weights, with the same optimizer (AdamW, no weight decay), schedule (linear with warmup), gradient
+Each case trains one MLP on synthetic data, the same for every runner, from the same initial weights, with the same optimizer (AdamW, no weight decay), schedule (linear with warmup), gradient
 clipping (max norm 1.0) and the same batches in the same order (epoch ``e`` visits ``randperm(n, seed + e)``,
 the order trainwell's sampler uses). Rounds are interleaved (hand, trainwell, transformers, hand, ...) so that
 load on the machine affects all runners alike; each time covers a full ``train()`` call (the hand loop: creating
 the optimizer, schedule and loaders, and every step). The final weights of the hand loop and trainwell are
 compared, which shows that both did exactly the same optimisation.
 
+The cases (``--case``, default all):
+
+* ``mlp``: 64 -> 256 -> 256 -> 10, batch 32, 512 steps, 3 rounds (the first case, kept for comparison);
+* ``small``: 32 -> 64 -> 4, batch 32, 256 steps, 5 rounds: the shortest steps, where a fixed cost per ``train()``
+  and a per-step cost show most (a GPU's step on a small model is this short);
+* ``small-long``: the same model over 1024 steps (the per-step cost without most of the fixed cost);
+* ``collator``: the small model, 1024 steps, with a user-written ``data_collator`` (a plain function stacking the
+  batch; the hand loop's DataLoader gets it too), as most users pass one.
+
 It also times what ``from trainwell import Trainer, TrainingArguments`` adds to ``import torch`` in fresh
 interpreters (and the same for transformers when it is installed).
 
-    python bench/overhead.py            # full run (512 steps x 3 rounds)
-    python bench/overhead.py --quick    # a shorter run (128 steps x 2 rounds)
-    python bench/overhead.py --opcodes  # Python bytecodes per optimizer step (deterministic, for a busy machine)
+    python bench/overhead.py                # every case
+    python bench/overhead.py --case small   # one case
+    python bench/overhead.py --quick        # shorter runs (a quarter of the steps, 2 rounds)
+    python bench/overhead.py --opcodes      # Python bytecodes per optimizer step (deterministic, for a busy machine)
     python bench/overhead.py --optim adamw_torch_fused  # every runner with the fused AdamW (upstream's default)
 
 ``--opcodes`` counts the bytecode instructions the interpreter runs per optimizer step in each runner (the difference
@@ -52,6 +61,8 @@ class BenchConfig:
 
     steps: int = 512
     rounds: int = 3
+    widths: tuple[int, ...] = (64, 256, 256, 10)  # input, hidden..., classes
+    user_collator: bool = False  # every runner's loader collates with :func:`stack_batch`
     n_samples: int = 2048
     batch_size: int = 32
     learning_rate: float = 1e-3
@@ -62,16 +73,33 @@ class BenchConfig:
     import_repeats: int = 5
     optim: str = "adamw_torch"  # or "adamw_torch_fused" (upstream's default): the hand loop then passes fused=True
 
+    def describe(self) -> str:
+        """The model and run in words, for the report's title."""
+        collator = ", user data_collator" if self.user_collator else ""
+        return (f"MLP {'-'.join(map(str, self.widths))}, batch {self.batch_size}, {self.steps} steps{collator}, "
+                f"{self.rounds} interleaved rounds")
+
+
+CASES: dict[str, BenchConfig] = {
+    "mlp": BenchConfig(),
+    "small": BenchConfig(steps=256, rounds=5, widths=(32, 64, 4)),
+    "small-long": BenchConfig(steps=1024, rounds=5, widths=(32, 64, 4)),
+    "collator": BenchConfig(steps=1024, rounds=5, widths=(32, 64, 4), user_collator=True),
+}
+
 
 # ------------------------------------------------------------------------------------------- model, data
 
 
 class MLP(nn.Module):
-    """A 64 -> 256 -> 256 -> 10 classifier returning ``{"loss", "logits"}`` (mean cross entropy)."""
+    """A ReLU classifier of the given layer widths returning ``{"loss", "logits"}`` (mean cross entropy)."""
 
-    def __init__(self) -> None:
+    def __init__(self, widths: tuple[int, ...] = BenchConfig.widths) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+        layers: list[nn.Module] = []
+        for n_in, n_out in zip(widths, widths[1:]):
+            layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+        self.net = nn.Sequential(*layers[:-1])
 
     def forward(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         logits = self.net(x)
@@ -81,12 +109,12 @@ class MLP(nn.Module):
 
 
 class ToyDataset(Dataset):
-    """Gaussian inputs labelled by a fixed random linear map: ``{"x": float[64], "labels": long}`` items."""
+    """Gaussian inputs labelled by a fixed random linear map: ``{"x": float[features], "labels": long}`` items."""
 
-    def __init__(self, n: int, seed: int) -> None:
+    def __init__(self, n: int, seed: int, features: int = 64, classes: int = 10) -> None:
         generator = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(n, 64, generator=generator)
-        self.labels = (self.x @ torch.randn(64, 10, generator=generator)).argmax(dim=1)
+        self.x = torch.randn(n, features, generator=generator)
+        self.labels = (self.x @ torch.randn(features, classes, generator=generator)).argmax(dim=1)
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -95,10 +123,20 @@ class ToyDataset(Dataset):
         return {"x": self.x[index], "labels": self.labels[index]}
 
 
-def fresh_model(seed: int) -> MLP:
+def stack_batch(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """A user-written collator: each key's tensors stacked (what most users' ``data_collator`` amounts to)."""
+    return {key: torch.stack([item[key] for item in items]) for key in items[0]}
+
+
+def dataset_for(cfg: BenchConfig) -> ToyDataset:
+    """The case's synthetic data."""
+    return ToyDataset(cfg.n_samples, cfg.seed, features=cfg.widths[0], classes=cfg.widths[-1])
+
+
+def fresh_model(seed: int, widths: tuple[int, ...] = BenchConfig.widths) -> MLP:
     """The same initial weights for every runner."""
     torch.manual_seed(seed)
-    return MLP()
+    return MLP(widths)
 
 
 def linear_warmup(warmup: int, total: int) -> Callable[[int], float]:
@@ -129,7 +167,8 @@ def run_hand(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> float
     step, epoch, total = 0, 0, torch.zeros(())
     while step < cfg.steps:
         order = torch.randperm(len(data), generator=torch.Generator().manual_seed(cfg.seed + epoch)).tolist()
-        for batch in DataLoader(data, batch_size=cfg.batch_size, sampler=order):
+        collate = {"collate_fn": stack_batch} if cfg.user_collator else {}
+        for batch in DataLoader(data, batch_size=cfg.batch_size, sampler=order, **collate):
             loss = model(**batch)["loss"]
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -159,7 +198,9 @@ def run_trainwell(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) -> 
     """trainwell's Trainer; only ``train()`` is timed by the caller's clock (see :func:`timed`)."""
     from trainwell import Trainer, TrainingArguments
 
-    trainer = Trainer(model=model, args=TrainingArguments(**_common_args(cfg, workdir)), train_dataset=data)
+    collator = {"data_collator": stack_batch} if cfg.user_collator else {}
+    trainer = Trainer(model=model, args=TrainingArguments(**_common_args(cfg, workdir)), train_dataset=data,
+                      **collator)
     return _timed_train(trainer)
 
 
@@ -167,7 +208,9 @@ def run_transformers(cfg: BenchConfig, data: Dataset, model: MLP, workdir: str) 
     """transformers' Trainer with the same settings."""
     from transformers import Trainer, TrainingArguments
 
-    trainer = Trainer(model=model, args=TrainingArguments(**_common_args(cfg, workdir)), train_dataset=data)
+    collator = {"data_collator": stack_batch} if cfg.user_collator else {}
+    trainer = Trainer(model=model, args=TrainingArguments(**_common_args(cfg, workdir)), train_dataset=data,
+                      **collator)
     return _timed_train(trainer)
 
 
@@ -188,7 +231,7 @@ def timed(runner: Callable[..., float], cfg: BenchConfig, data: Dataset) -> tupl
     CPU time is reported too because it is far less sensitive than wall time to other processes on a busy
     machine (with one torch thread it is the compute this run needed).
     """
-    model = fresh_model(cfg.seed)
+    model = fresh_model(cfg.seed, cfg.widths)
     _LAST_TRAIN_SECONDS.clear()
     with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(io.StringIO()):
         start, cpu_start = time.perf_counter(), time.process_time()  # the trainers' final log line is silenced
@@ -233,9 +276,10 @@ def has_transformers() -> bool:
 # ------------------------------------------------------------------------------------------------- opcodes
 
 
-def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int) -> dict[str, float]:
-    """Bytecodes executed per optimizer step by ``runner``, per ``file:function`` (a ``steps`` and a ``2 * steps``
-    run are traced; their difference over ``steps``)."""
+def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int,
+                  case: BenchConfig = CASES["mlp"]) -> dict[str, float]:
+    """Bytecodes executed per optimizer step by ``runner`` on ``case``'s model, per ``file:function`` (a ``steps``
+    and a ``2 * steps`` run are traced; their difference over ``steps``)."""
     import collections
 
     counts: collections.Counter[str] = collections.Counter()
@@ -248,10 +292,10 @@ def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int) -> di
         return tracer
 
     def traced(n: int) -> dict[str, int]:
-        cfg = BenchConfig(steps=n, warmup_steps=2)
+        cfg = replace(case, steps=n, warmup_steps=2)
         counts.clear()
         with tempfile.TemporaryDirectory() as workdir, contextlib.redirect_stdout(io.StringIO()):
-            model = fresh_model(cfg.seed)
+            model = fresh_model(cfg.seed, cfg.widths)
             previous = sys.gettrace()  # a debugger's or coverage's tracer is put back
             sys.settrace(tracer)
             try:
@@ -265,13 +309,14 @@ def count_opcodes(runner: Callable[..., float], data: Dataset, steps: int) -> di
     return {name: (long.get(name, 0) - short.get(name, 0)) / steps for name in set(short) | set(long)}
 
 
-def opcode_report(steps: int = 20, top: int = 25) -> str:
-    """Bytecodes per step of the hand loop and trainwell, and the functions where they differ most."""
+def opcode_report(case: str = "mlp", steps: int = 20, top: int = 25) -> str:
+    """Bytecodes per step of the hand loop and trainwell on ``case``, and the functions where they differ most."""
     torch.set_num_threads(1)
-    data = ToyDataset(BenchConfig.n_samples, BenchConfig.seed)
-    hand, ours = count_opcodes(run_hand, data, steps), count_opcodes(run_trainwell, data, steps)
+    cfg = CASES[case]
+    data = dataset_for(cfg)
+    hand, ours = count_opcodes(run_hand, data, steps, cfg), count_opcodes(run_trainwell, data, steps, cfg)
     total_hand, total_ours = sum(hand.values()), sum(ours.values())
-    lines = [f"Python bytecodes per optimizer step: hand loop {total_hand:.0f}, trainwell {total_ours:.0f} "
+    lines = [f"{case}: Python bytecodes per optimizer step: hand loop {total_hand:.0f}, trainwell {total_ours:.0f} "
              f"(+{total_ours - total_hand:.0f}, ratio {total_hand / total_ours:.3f})", "",
              f"{'trainwell':>10}{'hand':>8}  function (largest differences)"]
     names = sorted(set(hand) | set(ours), key=lambda n: -abs(ours.get(n, 0) - hand.get(n, 0)))
@@ -285,7 +330,7 @@ def opcode_report(steps: int = 20, top: int = 25) -> str:
 def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
     """Interleaved rounds of every runner, the weight comparison and the import timings."""
     torch.set_num_threads(cfg.threads)
-    data = ToyDataset(cfg.n_samples, cfg.seed)
+    data = dataset_for(cfg)
     runners: dict[str, Callable[..., float]] = {"hand loop": run_hand, "trainwell": run_trainwell}
     if has_transformers():
         runners["transformers"] = run_transformers
@@ -304,12 +349,16 @@ def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
             losses[name], models[name] = loss, model
     diff = max((a - b).abs().max().item() for a, b in zip(models["hand loop"].state_dict().values(),
                                                           models["trainwell"].state_dict().values()))
-    imports = {"trainwell": import_overhead("from trainwell import Trainer, TrainingArguments", cfg.import_repeats)}
-    if has_transformers():
-        imports["transformers"] = import_overhead("from transformers import Trainer, TrainingArguments",
-                                                  cfg.import_repeats)
     return {"config": asdict(cfg), "seconds": seconds, "cpu_seconds": cpu_seconds, "losses": losses,
-            "max_abs_weight_diff": diff, "import_seconds": imports}
+            "max_abs_weight_diff": diff}
+
+
+def import_timings(repeats: int) -> dict[str, float | None]:
+    """What ``from X import Trainer, TrainingArguments`` adds to ``import torch``, for trainwell and transformers."""
+    imports = {"trainwell": import_overhead("from trainwell import Trainer, TrainingArguments", repeats)}
+    if has_transformers():
+        imports["transformers"] = import_overhead("from transformers import Trainer, TrainingArguments", repeats)
+    return imports
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -318,51 +367,63 @@ def format_report(result: dict[str, Any]) -> str:
     best = {name: cfg["steps"] / min(times) for name, times in seconds.items()}
     median = {name: cfg["steps"] / statistics.median(times) for name, times in seconds.items()}
     cpu = {name: cfg["steps"] / min(times) for name, times in result["cpu_seconds"].items()}
-    lines = [f"MLP 64-256-256-10, batch {cfg['batch_size']}, {cfg['steps']} steps, {cfg['rounds']} interleaved "
-             f"rounds, torch {torch.__version__}, {cfg['threads']} thread(s), optim {cfg['optim']}, "
-             f"load average {os.getloadavg()[0]:.2f}", "",
+    lines = [f"{BenchConfig(**cfg).describe()}, torch {torch.__version__}, {cfg['threads']} thread(s), "
+             f"optim {cfg['optim']}, load average {os.getloadavg()[0]:.2f}", "",
              f"{'runner':<14}{'steps/s best':>13}{'steps/s median':>16}{'ratio best':>12}{'ratio median':>14}"
              f"{'ratio cpu':>11}{'train loss':>12}"]
     for name in seconds:
         lines.append(f"{name:<14}{best[name]:>13.1f}{median[name]:>16.1f}{best[name] / best['hand loop']:>12.3f}"
                      f"{median[name] / median['hand loop']:>14.3f}{cpu[name] / cpu['hand loop']:>11.3f}"
                      f"{result['losses'][name]:>12.6f}")
-    lines += ["", "ratio = steps/s of the runner / steps/s of the hand loop (ratio cpu: from process CPU time)",
-              f"max |weight difference| hand loop vs trainwell: {result['max_abs_weight_diff']:.3e}", ""]
-    for name, value in result["import_seconds"].items():
-        shown = "failed" if value is None else f"{value:.3f} s"
-        lines.append(f"import time added to `import torch` by `from {name} import Trainer, TrainingArguments`: "
-                     f"{shown} (median of {cfg['import_repeats']})")
+    lines += [f"max |weight difference| hand loop vs trainwell: {result['max_abs_weight_diff']:.3e}"]
     if "transformers" not in seconds:
-        lines.append("(transformers or accelerate is not installed: its runner and import timing were skipped)")
+        lines.append("(transformers or accelerate is not installed: its runner was skipped)")
     return "\n".join(lines)
 
 
+def format_imports(imports: dict[str, float | None], repeats: int) -> str:
+    """The import timings, one line each."""
+    return "\n".join(f"import time added to `import torch` by `from {name} import Trainer, TrainingArguments`: "
+                     f"{'failed' if value is None else f'{value:.3f} s'} (median of {repeats})"
+                     for name, value in imports.items())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``--quick``, ``--steps``, ``--rounds``, ``--threads``, ``--json PATH``, ``--opcodes``."""
+    """Command line: ``--case``, ``--quick``, ``--steps``, ``--rounds``, ``--threads``, ``--json PATH``,
+    ``--opcodes``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="128 steps x 2 rounds, 3 import repeats")
-    parser.add_argument("--steps", type=int, help="optimizer steps per run (default 512)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3)")
+    parser.add_argument("--case", choices=sorted(CASES), action="append",
+                        help="the case to run (repeatable; default: every case)")
+    parser.add_argument("--quick", action="store_true", help="a quarter of each case's steps, 2 rounds")
+    parser.add_argument("--steps", type=int, help="optimizer steps per run (default: the case's)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default: the case's)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--json", type=Path, help="also write the raw results to this json file")
     parser.add_argument("--optim", default="adamw_torch", choices=("adamw_torch", "adamw_torch_fused"),
-                        help="the optimizer of every runner (default adamw_torch, trainwell's default)")
+                        help="the optimizer of every runner (default adamw_torch; the hand loop passes fused=True "
+                             "for adamw_torch_fused)")
     parser.add_argument("--opcodes", action="store_true",
                         help="count Python bytecodes per step instead of timing (deterministic)")
     ns = parser.parse_args(argv)
+    cases = ns.case or list(CASES)
     if ns.opcodes:
-        print(opcode_report())
+        print("\n\n".join(opcode_report(case) for case in cases))
         return 0
-    cfg = BenchConfig(threads=ns.threads, optim=ns.optim)
-    if ns.quick:
-        cfg.steps, cfg.rounds, cfg.import_repeats = 128, 2, 3
-    cfg.steps = ns.steps or cfg.steps
-    cfg.rounds = ns.rounds or cfg.rounds
-    result = run_benchmark(cfg)
-    print(format_report(result))
+    results: dict[str, Any] = {}
+    repeats = 3 if ns.quick else BenchConfig.import_repeats
+    for case in cases:
+        cfg = replace(CASES[case], threads=ns.threads, optim=ns.optim, import_repeats=repeats)
+        if ns.quick:
+            cfg = replace(cfg, steps=max(cfg.steps // 4, 16), rounds=2)
+        cfg = replace(cfg, steps=ns.steps or cfg.steps, rounds=ns.rounds or cfg.rounds)
+        results[case] = run_benchmark(cfg)
+        print(f"[{case}] {format_report(results[case])}\n", flush=True)
+    imports = import_timings(repeats)
+    print(format_imports(imports, repeats))
+    print("\nratio = steps/s of the runner / steps/s of the hand loop (ratio cpu: from process CPU time); each "
+          "time covers a whole train() call")
     if ns.json:
-        ns.json.write_text(json.dumps(result, indent=2))
+        ns.json.write_text(json.dumps({"cases": results, "import_seconds": imports}, indent=2))
     return 0
 
 

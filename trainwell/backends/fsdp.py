@@ -44,7 +44,7 @@ import itertools
 import logging
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import torch
 from torch import nn
@@ -52,8 +52,11 @@ from torch import nn
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
 from ..runtime.precision import Precision
 from ..utils.model_utils import activation_checkpointing
-from .base import Capabilities
+from .base import Capabilities, prepared
 from .single import _NULL, SingleDeviceBackend
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 logger = logging.getLogger(__name__)
 
@@ -255,7 +258,7 @@ class FSDPBackend(SingleDeviceBackend):
         fully_shard(model, **kwargs)
         if self.config.get("forward_prefetch") in (True, "true", "True") and len(units) > 1:
             for unit, following in zip(units, units[1:]):
-                unit.set_modules_to_forward_prefetch([following])
+                cast("FSDPModule", unit).set_modules_to_forward_prefetch([cast("FSDPModule", following)])
         logger.info("FSDP: %d unit(s) + root, options %s", len(units), sorted(self.options))
 
     def _rank0_weights(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
@@ -266,7 +269,7 @@ class FSDPBackend(SingleDeviceBackend):
 
         return {k: v.detach().cpu() for k, v in model.state_dict().items()} if get_rank() == 0 else {}
 
-    def _broadcast_rank0_weights(self, model: nn.Module, full: dict[str, torch.Tensor]) -> None:
+    def _broadcast_rank0_weights(self, model: nn.Module, full: dict[str, Any]) -> None:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
@@ -285,11 +288,12 @@ class FSDPBackend(SingleDeviceBackend):
 
     @contextmanager
     def _without_gradient_sync(self) -> Iterator[None]:
-        self.model.set_requires_gradient_sync(False)
+        model = cast("FSDPModule", self.model)  # sharded (no_sync asks only then): fully_shard made it an FSDPModule
+        model.set_requires_gradient_sync(False)
         try:
             yield
         finally:
-            self.model.set_requires_gradient_sync(True)
+            model.set_requires_gradient_sync(True)
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
         """Unscale (fp16) then clip the sharded gradients by their global norm; returns that norm as a plain tensor.
@@ -297,8 +301,7 @@ class FSDPBackend(SingleDeviceBackend):
         As upstream (accelerate's ``clip_grad_norm_`` calls ``unscale_gradients()`` first) and as one device does:
         the ``ShardedGradScaler`` records the unscale, so ``scaler.step`` in :meth:`optimizer_step` does not unscale
         again."""
-        if self._scaling:
-            self.scaler.unscale_(self.optimizer)
+        self.scaler.unscale_(self.optimizer)  # a disabled scaler (bf16, fp32) does nothing
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
@@ -315,7 +318,7 @@ class FSDPBackend(SingleDeviceBackend):
 
         on_each_node = bool(getattr(self.args, "save_on_each_node", False))
         options = StateDictOptions(full_state_dict=True, cpu_offload=not on_each_node)
-        state = get_model_state_dict(self.model, options=options)
+        state: dict[str, Any] = get_model_state_dict(prepared(self.model, "model"), options=options)
         if not on_each_node:
             return state
         return {k: v.cpu() for k, v in state.items()} if self.args.should_save else {}
@@ -335,7 +338,8 @@ class FSDPBackend(SingleDeviceBackend):
             full = obj.full_tensor() if isinstance(obj, DTensor) else obj
             return full.detach().to("cpu", copy=True) if keep else None
 
-        return tensor_stream(iter(self.model.state_dict(keep_vars=True).items()), gather, lambda obj: obj.shape)
+        weights = prepared(self.model, "model").state_dict(keep_vars=True)
+        return tensor_stream(iter(weights.items()), gather, lambda obj: obj.shape)
 
     def save(self, folder: Path) -> None:
         """Write the sharded model and optimizer state into ``folder/fsdp_state`` (collective)."""
@@ -344,7 +348,7 @@ class FSDPBackend(SingleDeviceBackend):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        model_state, optim_state = get_state_dict(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"))
         dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(Path(folder) / FSDP_STATE_DIR))
 
     def async_engine_snapshot(self) -> Callable[[Path, Any], None] | None:
@@ -358,7 +362,7 @@ class FSDPBackend(SingleDeviceBackend):
 
         if self._stager is None:  # reused host buffers (pinned) when the shards live on a GPU
             self._stager = BlockingAsyncStager(cache_staged_state_dict=torch.cuda.is_available())
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        model_state, optim_state = get_state_dict(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"))
         staged = self._stager.stage({"model": model_state, "optimizer": optim_state})
 
         def write(folder: Path, group: Any) -> None:
@@ -385,16 +389,16 @@ class FSDPBackend(SingleDeviceBackend):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-        model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        state = {"model": model_state, "optimizer": optim_state}
+        model_state, optim_state = get_state_dict(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"))
+        state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
         try:
             dcp.load(state, checkpoint_id=str(path))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as err:  # noqa: B036 - DCP's CheckpointException derives from BaseException
             raise CheckpointError(f"{path}: cannot read the sharded FSDP state ({err})") from err
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"])
+        set_state_dict(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"),
+                       model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
     def _load_unsharded_optimizer(self, path: Path) -> None:
         """``optimizer.pt`` of a one-process run (whole tensors), cut into this rank's shards; the model weights came
@@ -406,5 +410,6 @@ class FSDPBackend(SingleDeviceBackend):
         except (RuntimeError, EOFError, ValueError, OSError) as err:
             raise CheckpointError(f"{path}: cannot read the optimizer state ({err}); the file is truncated or "
                                   "corrupt") from err
-        self.optimizer.load_state_dict(shard_optimizer_state(self.optimizer, state, path))
+        optimizer = prepared(self.optimizer, "optimizer")
+        optimizer.load_state_dict(shard_optimizer_state(optimizer, state, path))
         logger.info("Resharded the optimizer state of %s (written by one process) over the FSDP ranks", path)

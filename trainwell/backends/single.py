@@ -19,10 +19,10 @@ _NULL = nullcontext()
 class SingleDeviceBackend:
     """Backward, clipping and stepping for a model that lives in this process.
 
-    Precision is fixed when the backend is built: autocast comes from :class:`Precision`, and with fp16 the loss
-    goes through its gradient scaler (``backward``, ``clip_grad_norm`` and ``optimizer_step`` each branch once on
-    ``_scaling``, set at construction); bf16 and fp32 take the plain path. Subclasses (DDP) change only the
-    wrapping and ``no_sync``.
+    Precision is fixed when the backend is built: autocast comes from :class:`Precision`, and every step goes
+    through its gradient scaler, which is created disabled unless fp16 is on (then ``scale`` returns the loss,
+    ``unscale_`` and ``update`` do nothing and ``step`` steps the optimizer), so these methods are one straight line
+    whatever the precision. Subclasses (DDP) change only the wrapping and ``no_sync``.
     """
 
     caps = Capabilities(async_checkpoint=True)
@@ -34,8 +34,7 @@ class SingleDeviceBackend:
                  place_model_on_device: bool = True) -> None:
         self.device = device
         self.precision = precision
-        self.scaler = precision.scaler
-        self._scaling = self.scaler.is_enabled()  # fp16: every step goes through the loss scaler
+        self.scaler = precision.scaler  # created disabled unless fp16: then each of its calls passes through
         self.n_gpu = n_gpu
         self.place_model_on_device = place_model_on_device
         self.model: nn.Module | None = None
@@ -76,16 +75,13 @@ class SingleDeviceBackend:
         return _NULL
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Back-propagate, through the loss scaler when fp16 is on."""
-        if self._scaling:
-            self.scaler.scale(loss).backward()
-        else:
-            loss.backward()
+        """Back-propagate the loss, scaled when fp16 is on (a disabled scaler returns it as it is)."""
+        self.scaler.scale(loss).backward()
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
-        """Unscale (fp16) then clip all gradients to ``max_norm``; returns the norm before clipping."""
-        if self._scaling:
-            self.scaler.unscale_(self.optimizer)
+        """Unscale (fp16; a disabled scaler does nothing) then clip all gradients to ``max_norm``; returns the norm
+        before clipping."""
+        self.scaler.unscale_(self.optimizer)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
 
     def last_grad_norm(self) -> torch.Tensor | None:
@@ -93,10 +89,8 @@ class SingleDeviceBackend:
         return None
 
     def optimizer_step(self) -> bool:
-        """Step; with fp16, a step whose gradients overflowed is skipped by the scaler and False is returned."""
-        if not self._scaling:
-            self.optimizer.step()
-            return True
+        """Step through the scaler: with fp16 a step whose gradients overflowed is skipped, the scale drops and False
+        is returned; a disabled scaler steps the optimizer (its scale stays 1.0)."""
         scale_before = self.scaler.get_scale()
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -114,7 +108,7 @@ class SingleDeviceBackend:
     def load_state_dicts(self, states: Mapping[str, Any]) -> None:
         """Restore what :meth:`state_dicts` returned (the objects are restored in place by the checkpoint)."""
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The model's own state dict (nothing to gather in one process)."""
         return self.model.state_dict()
 

@@ -63,7 +63,7 @@ def rng_file_to_restore(folder: str | os.PathLike, rank: int, world_size: int) -
     return saved[rank % len(saved)], True
 
 
-def _numpy_state() -> tuple:
+def _numpy_state() -> tuple[Any, ...] | dict[str, Any]:  # the tuple (legacy=True, the default); numpy's stub names both
     import numpy as np
 
     return np.random.get_state()  # upstream's form: ("MT19937", uint32 array, pos, has_gauss, cached_gaussian)
@@ -110,6 +110,23 @@ def capture_rng_state() -> dict[str, Any]:
     if _mps_available():
         state["mps"] = torch.mps.get_rng_state()
     return state
+
+
+def rng_states_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two :func:`capture_rng_state` results hold the same states (no generator drew in between)."""
+    import numpy as np
+    import torch
+
+    def same(x: Any, y: Any) -> bool:
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            return bool(np.array_equal(x, y))
+        if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+            return len(x) == len(y) and all(same(u, v) for u, v in zip(x, y))
+        return bool(x == y)
+
+    return a.keys() == b.keys() and all(same(a[key], b[key]) for key in a)
 
 
 def _restore_cuda(states: Any) -> None:

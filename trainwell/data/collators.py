@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
@@ -188,9 +188,14 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
     return batch if return_tensors == "pt" else _finish(batch, return_tensors)
 
 
+default_data_collator.deterministic = True  # type: ignore[attr-defined]  # see BatchLookAhead
+
+
 @dataclass
 class DefaultDataCollator:
     """Class form of :func:`default_data_collator` (upstream ``DefaultDataCollator``)."""
+
+    deterministic: ClassVar[bool] = True  # draws no random numbers: the look-ahead keeps no states
 
     return_tensors: str = "pt"
 
@@ -359,6 +364,8 @@ class DataCollatorWithPadding:
         return_tensors: ``"pt"`` or ``"np"``.
     """
 
+    deterministic: ClassVar[bool] = True  # draws no random numbers: the look-ahead keeps no states
+
     tokenizer: Any = None
     padding: bool | str = True
     max_length: int | None = None
@@ -395,6 +402,8 @@ class DataCollatorForSeq2Seq:
     ``decoder_input_ids`` built from the padded labels.
     """
 
+    deterministic: ClassVar[bool] = True  # draws no random numbers: the look-ahead keeps no states
+
     tokenizer: Any = None
     model: Any = None
     padding: bool | str = True
@@ -426,6 +435,8 @@ class DataCollatorForSeq2Seq:
 @dataclass
 class DataCollatorForTokenClassification:
     """Pad inputs with the tokenizer and per-token ``labels`` with ``label_pad_token_id`` (-100)."""
+
+    deterministic: ClassVar[bool] = True  # draws no random numbers: the look-ahead keeps no states
 
     tokenizer: Any = None
     padding: bool | str = True
@@ -529,6 +540,11 @@ class DataCollatorForLanguageModeling:
     pad_to_multiple_of: int | None = None
     return_tensors: str = "pt"
     seed: int | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether collating draws no random numbers: causal LM batches (``mlm=False``) are not masked."""
+        return not self.mlm
 
     def __post_init__(self) -> None:
         if self.mlm and _mask_token_id(self.tokenizer) is None:

@@ -67,24 +67,17 @@ def build_dataloader(
     return DataLoader(dataset, sampler=sampler, shuffle=shuffle, **kwargs)
 
 
-# Collators that draw no random numbers (trainwell's and transformers' of these names): a loader using one needs no
-# RNG snapshot before each look-ahead batch.
-_DETERMINISTIC_COLLATORS = frozenset({
-    "default_data_collator", "DefaultDataCollator", "DataCollatorWithPadding", "DataCollatorForSeq2Seq",
-    "DataCollatorForTokenClassification", "default_collate",
-})
-
-
-def collates_with_randomness(dataloader: Any) -> bool:
-    """Whether ``dataloader`` may draw from the main process's random streams when it collates a batch: no worker
-    processes, and a collator not known to be deterministic (``DataCollatorForLanguageModeling`` masks at random)."""
+def collator_draws_randomness(dataloader: Any) -> bool | None:
+    """Whether ``dataloader`` draws from the main process's random streams when it collates a batch: False with
+    worker processes (they draw from their own) or no collator; otherwise what the collator declares in its
+    ``deterministic`` attribute (trainwell's collators do; ``DataCollatorForLanguageModeling`` masks at random unless
+    ``mlm=False``); None when it declares nothing (a user's function, another library's collator): the look-ahead
+    then watches the first batches (see :class:`trainwell.loops.look_ahead.BatchLookAhead`)."""
     if getattr(dataloader, "num_workers", 0) > 0:
         return False
     collator = getattr(dataloader, "collate_fn", None)
     collator = getattr(collator, "data_collator", collator)  # RemoveColumnsCollator wraps the user's collator
     if collator is None:
         return False
-    module = getattr(collator, "__module__", "") or ""
-    name = getattr(collator, "__name__", None) or type(collator).__name__
-    known = module.startswith(("trainwell.", "transformers.", "torch.utils.data"))
-    return not (known and name in _DETERMINISTIC_COLLATORS)
+    declared = getattr(collator, "deterministic", None)
+    return None if declared is None else not declared

@@ -78,8 +78,6 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
     preempted: bool
     _tw_loop: LoopState | None
     _train_batch_size: int
-    _tw_step_learning_rate: float | None
-    _tw_skipped_steps: int
     _tw_checkpoints: PreemptionCheck  # the Trainer's checkpoint part (trainwell.trainer.checkpoints)
 
     def get_train_dataloader(self) -> DataLoader: ...

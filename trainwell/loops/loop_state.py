@@ -80,7 +80,8 @@ class LoopState:
     window_filtered: bool = False  # a nan/inf micro-batch loss was replaced since the last log
     accumulation_steps: int = 1
     tokens_trained: int = 0  # input tokens this process trained on in this call (include_tokens_per_second)
-    step_takes_num_items: bool = True  # training_step's signature has num_items_in_batch (read once per run)
+    step_learning_rate: float | None = None  # the rate the last optimizer step used (None: the schedule's own)
+    skipped_steps: int = 0  # optimizer steps the fp16 scaler skipped on overflow in this call
     steps_at_start: int = 0  # the global step this call started (or resumed) at: the speed counts the steps run
     # The random states from just before the loader fetched the batch it holds ahead (None: nothing held, or the
     # collator draws nothing); a checkpoint saves them so that a resume collates that batch again from them.

@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -211,6 +211,9 @@ def probe_loss_rule(model: nn.Module, inputs: Mapping[str, Any] | None) -> LossR
     return LossRule(takes, count, seen)
 
 
+_PLAIN_SINGLE: tuple[None, tuple[int]] = (None, (1,))  # a window of one micro-batch, not counted, divided by 1
+
+
 class WindowScaler:
     """Per optimizer step: the ``num_items_in_batch`` to pass and what each micro-batch's loss is divided by, so that
     the window's summed gradient (over the ranks: DDP averages them) is the gradient of the mean loss of one big
@@ -224,16 +227,16 @@ class WindowScaler:
         self.device = device
         self.world_size = world_size
         self.across_ranks = across_ranks and world_size > 1
+        self._plain_single = self.single_batch_is_plain()  # read per step: settled for the run
 
     def single_batch_is_plain(self) -> bool:
         """Whether a window of one micro-batch is the model's own mean as it is: no count, no all-reduce, divisor 1."""
         return not self.across_ranks and not self.rule.takes_num_items
 
-    def window(self, group: list[Any]) -> tuple[torch.Tensor | None, list[Any]]:
+    def window(self, group: Sequence[Any]) -> tuple[torch.Tensor | None, Sequence[Any]]:
         """``(num_items_in_batch or None, divisor of each micro-batch)`` for the micro-batches of one step."""
-        n = len(group)
-        if n == 1 and self.single_batch_is_plain():  # the model's own mean as it is
-            return None, [1]
+        if self._plain_single and len(group) == 1:  # the model's own mean as it is
+            return _PLAIN_SINGLE
         counts = [count_items(batch, self.rule.count) for batch in group]
         if any(c is None for c in counts):
             return None, loss_divisors(group)  # no labels: this rank's rows

@@ -148,14 +148,14 @@ class Trainer:
                                                 self.optimizer, self.lr_scheduler)
         self.is_in_train = False
         self.current_flos = 0.0
-        self._tw_skipped_steps = 0
         self._tw_warned_non_finite = False
-        self._tw_step_learning_rate: float | None = None  # the rate of the last optimizer step, for the logs
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
         self._train_batch_size = self._tw_requested_batch_size = args.train_batch_size
         self._tw_loop: LoopState | None = None  # the running loop's state (data position, running losses)
         self._past: Any = None
         self._tw_input_dtype: torch.dtype | None = None
+        # how _prepare_inputs moves a flat batch, picked by _adopt_input_dtype once the backend is set up
+        self._tw_flat_mover: Callable[[dict[str, Any]], dict[str, Any]] = self._tw_move_flat
         self._tw_flops_owner: nn.Module | None = None
         self._tw_flops_rule: Callable[[Any], int] = _no_flops
         self._tw_loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
@@ -319,7 +319,7 @@ class Trainer:
     def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
         if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
-            return self._tw_move_flat(inputs)
+            return self._tw_flat_mover(inputs)
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
@@ -329,7 +329,7 @@ class Trainer:
         return inputs
 
     def _tw_move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """A flat batch to the device (replaced by :meth:`_tw_move_flat_cast` once a backend names an input dtype)."""
+        """A flat batch to the device."""
         device = self._tw_device
         return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
                 for k, v in inputs.items()}
@@ -353,11 +353,11 @@ class Trainer:
         and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
         self._tw_input_dtype = self.backend.input_dtype
         if self._tw_input_dtype is not None:
-            self._tw_move_flat = self._tw_move_flat_cast
+            self._tw_flat_mover = self._tw_move_flat_cast
         elif self._tw_device.type == "cpu":
-            self._tw_move_flat = self._tw_keep_flat_on_cpu
+            self._tw_flat_mover = self._tw_keep_flat_on_cpu
         else:
-            self.__dict__.pop("_tw_move_flat", None)  # the class's mover (an earlier run may have chosen another)
+            self._tw_flat_mover = self._tw_move_flat
 
     def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
         """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
@@ -600,7 +600,7 @@ class Trainer:
 
     def _logged_learning_rate(self) -> float:
         """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
-        used = self._tw_step_learning_rate
+        used = self._tw_loop.step_learning_rate if self._tw_loop is not None else None
         return float(used) if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
