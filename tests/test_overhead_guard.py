@@ -23,9 +23,11 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Measured with torch 2.13 (CPU): hand loop 8613 bytecodes per step, trainwell 8563 (-0.6%), both with upstream's two
+# Measured with torch 2.13 (CPU): hand loop 8613 bytecodes per step, trainwell 8720 (+1.2%), both with upstream's two
 # parameter groups (weights, biases), which the Trainer's optimizer keeps because users index them (with one group
-# in the hand loop, 8164: the second group is about 420 bytecodes of torch's optimizer and schedule).
+# in the hand loop, 8164: the second group is about 420 bytecodes of torch's optimizer and schedule). Before the step
+# became one StepRunner (closures, a copied fast path) and the backend's precision branches a disabled GradScaler,
+# trainwell ran 8563 (-0.6%): the readable step costs about 150 bytecodes per step (see the README's numbers).
 MAX_EXTRA_BYTECODES = 0.02
 # Measured: 36 trainwell modules (49 before the loops, optimizer, schedules, collators and checkpoint files were loaded
 # where used; 66 before the integrations, checkpoint I/O and samplers were); 39 with TrainingArguments' two bases
