@@ -139,8 +139,11 @@ def test_get_optimizer_cls_and_kwargs_is_upstreams_static_hook(tmp_path):
     args = _args(tmp_path, learning_rate=1e-3, adam_beta1=0.8)
     optimizer_cls, kwargs = trainwell.Trainer.get_optimizer_cls_and_kwargs(args)
     assert optimizer_cls is torch.optim.AdamW
-    assert kwargs == {"lr": 1e-3, "betas": (0.8, 0.999), "eps": 1e-8}
+    assert kwargs == {"lr": 1e-3, "betas": (0.8, 0.999), "eps": 1e-8, "fused": True}  # the default, upstream's
     assert isinstance(trainwell.Trainer.__dict__["get_optimizer_cls_and_kwargs"], staticmethod)
+    transformers = pytest.importorskip("transformers")
+    theirs = transformers.TrainingArguments(output_dir=str(tmp_path), learning_rate=1e-3, adam_beta1=0.8)
+    assert transformers.Trainer.get_optimizer_cls_and_kwargs(theirs) == (optimizer_cls, kwargs)
 
 
 def test_optimizer_hooks_have_upstreams_signatures():
