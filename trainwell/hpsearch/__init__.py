@@ -20,7 +20,7 @@ from typing import Any, Callable
 from ..callbacks import TrainerCallback
 from ..utils.losses import LabelSmoother
 from ..utils.trainer_utils import BestRun
-from .trials import FIXED_AT_INIT, trial_arguments  # noqa: F401  (importable from here too)
+from .trials import FIXED_AT_INIT, fresh_trial_runtime, trial_arguments  # noqa: F401  (importable from here too)
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -39,7 +39,7 @@ _NON_OBJECTIVE_SUFFIXES = ("_runtime", "_per_second", "_compilation_time", "_del
 
 # Trainer attributes a trial replaces and the search puts back at the end.
 _RESTORED = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler", "label_smoother",
-             "_tw_checkpoints")
+             "_tw_checkpoints", "backend")
 _RESTORED_ON_HANDLER = ("model", "optimizer", "lr_scheduler")
 
 
@@ -176,6 +176,7 @@ def _run_trial(trainer: Any, trial: Any, base_args: Any, search: dict[str, Any])
     name = search["hp_name"](trial) if search["hp_name"] is not None else f"run-{trial.number}"
     root = overrides.get("output_dir", base_args.output_dir)
     trainer.args = trial_arguments(base_args, overrides, os.path.join(root, name))
+    fresh_trial_runtime(trainer)  # its own backend and GradScaler, as upstream's new Accelerator per trial
     trainer._tw_checkpoints = trainer._tw_checkpoints.renewed(trainer.args)  # this trial's own checkpoint folder
     factor = trainer.args.label_smoothing_factor
     trainer.label_smoother = LabelSmoother(factor) if factor else None

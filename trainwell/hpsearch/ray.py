@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..callbacks import TrainerCallback
 from ..utils.trainer_utils import BestRun
-from .trials import trial_arguments
+from .trials import fresh_trial_runtime, trial_arguments
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -98,7 +98,9 @@ def _trainable(config: dict[str, Any], local_trainer: Any = None, base_args: Any
 
     trainer = local_trainer
     name = hp_name(config) if hp_name is not None else f"run-{tune.get_context().get_trial_id()}"
-    trainer.args = trial_arguments(base_args, {}, os.path.join(base_args.output_dir, name))
+    params = {key: value for key, value in config.items() if key != "wandb"}  # (train(trial=config) sets them again)
+    trainer.args = trial_arguments(base_args, params, os.path.join(base_args.output_dir, name))
+    fresh_trial_runtime(trainer)  # its own backend and GradScaler, built from its arguments, as upstream per trial
     callback = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RayReportCallback))
     resume_from = None
     checkpoint = tune.get_checkpoint()
