@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..data.samplers import LengthGroupedSampler, infer_lengths
+from ..loops.eval_loop import _float32_outputs
 from ..utils.model_utils import unwrap_model
 from .trainer import Trainer
 from ..utils.trainer_utils import PredictionOutput
@@ -160,7 +161,10 @@ class Seq2SeqTrainer(Trainer):
             gen_kwargs["synced_gpus"] = True
         has_labels = "labels" in inputs
         inputs = self._prepare_inputs(inputs)
-        with torch.no_grad():
+        # Upstream's generate calls the prepared model's forward, which accelerate wrapped in autocast and in
+        # convert_outputs_to_fp32 (Accelerator.prepare_model under native AMP): the generation steps run in the
+        # mixed precision of the loss forward and their logits reach the logits processors as float32.
+        with torch.no_grad(), self.backend.autocast(), _float32_outputs(self, generator):
             generated = generator.generate(**_generation_inputs(inputs), **gen_kwargs)
         pad_length = _padded_length(getattr(generator, "generation_config", None), gen_kwargs, generated.shape[-1])
         pad_value = self._pad_token_id()
