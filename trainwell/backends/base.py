@@ -8,10 +8,20 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 import torch
 from torch import nn
+
+_T = TypeVar("_T")
+
+
+def prepared(value: _T | None, what: str) -> _T:
+    """The backend's ``model`` or ``optimizer`` (``what``) once training set it up: the methods that need one run
+    only after ``prepare_model`` / ``setup_optimization``, so None here is a call out of order."""
+    if value is None:
+        raise RuntimeError(f"the backend has no {what} yet: prepare_model / setup_optimization set it up first")
+    return value
 
 
 @dataclass(frozen=True)
@@ -47,8 +57,8 @@ class Backend(Protocol):
     """Wraps the model for one execution strategy and performs backward / clip / step for it."""
 
     caps: Capabilities
-    model: nn.Module  # the user's model, unwrapped
-    wrapped: nn.Module  # what the forward pass calls
+    model: nn.Module | None  # the user's model, unwrapped (None until prepare_model)
+    wrapped: nn.Module | None  # what the forward pass calls (None until prepare_model)
     optimizer: torch.optim.Optimizer | None
     lr_scheduler: Any
     num_training_steps: int | None  # set by the trainer before setup_optimization (engines building a schedule)
@@ -92,8 +102,9 @@ class Backend(Protocol):
     def state_dicts(self) -> Mapping[str, Any]:
         """Extra resumable state owned by the backend (e.g. the grad scaler)."""
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """Consolidated model weights (gathered across ranks when sharded) for ``save_model``."""
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """Consolidated model weights (gathered across ranks when sharded) for ``save_model``; None when nothing is
+        sharded (not yet, or not at all): the model's own ``state_dict()`` is then complete."""
 
     def stream_state_dict(self, *, model_save: bool) -> Any:
         """The weights as a :class:`~trainwell.checkpoint.stream.StreamedWeights` gathered one tensor at a time

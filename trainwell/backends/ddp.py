@@ -18,7 +18,7 @@ import inspect
 import logging
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -28,6 +28,9 @@ from ..runtime.precision import Precision
 from ..utils.model_utils import activation_checkpointing
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
+
+if TYPE_CHECKING:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ def follow_optimizer(lr_scheduler: Any, optimizer: torch.optim.Optimizer) -> Non
 
     @functools.wraps(step)
     def tracked_step(*args: Any, **kwargs: Any) -> Any:
-        optimizer._opt_called = True  # what torch's LRScheduler checks before warning about the call order
+        optimizer._opt_called = True  # type: ignore[attr-defined]  # torch's LRScheduler checks this private flag
         return step(*args, **kwargs)
 
     tracked_step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
@@ -156,11 +159,12 @@ class DDPBackend(SingleDeviceBackend):
             return
         from ..runtime.distributed import all_gather_object, get_rank
 
+        optimizer = cast("ZeroRedundancyOptimizer", self.optimizer)  # self.zero: setup_optimization built one
         savers = [rank for rank, saves in enumerate(all_gather_object(bool(self.args.should_save))) if saves]
         for rank in savers:
-            self.optimizer.consolidate_state_dict(to=rank)
+            optimizer.consolidate_state_dict(to=rank)
             if rank == get_rank():
-                state = self.optimizer.state_dict()
+                state = optimizer.state_dict()
                 write_atomic(Path(folder) / OPTIMIZER_NAME, lambda path: torch.save(state, path))
 
     def load(self, folder: Path) -> None:

@@ -22,11 +22,14 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ def load_dcp_unsharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
     path = Path(folder) / FSDP_STATE_DIR
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optimizer": optim_state}
+    state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     try:
         with warnings.catch_warnings():  # without a process group DCP warns that it loads in one process: intended
             warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
@@ -153,7 +156,7 @@ def shard_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any
     return {"state": sharded, "param_groups": groups}
 
 
-def _shard_like(value: Any, param: torch.Tensor, distribute_tensor: Any, dtensor: type, what: str) -> Any:
+def _shard_like(value: Any, param: torch.Tensor, distribute_tensor: Any, dtensor: type[DTensor], what: str) -> Any:
     if not (isinstance(param, dtensor) and isinstance(value, torch.Tensor) and value.dim() > 0):
         return value  # a scalar (Adam's step) or an unsharded parameter: as saved
     if tuple(value.shape) != tuple(param.shape):

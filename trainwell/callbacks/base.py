@@ -86,8 +86,9 @@ class TrainerCallback:
         """Fired after an evaluation; keyword ``metrics`` holds the evaluation metrics."""
 
     @_noop
-    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
-        """Fired after a successful prediction; keyword ``metrics`` holds its metrics."""
+    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, Any],
+                   **kwargs: Any) -> Any:
+        """Fired after a successful prediction with its ``metrics`` (upstream's signature)."""
 
     @_noop
     def on_save(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:

@@ -393,12 +393,13 @@ class _CallbackList(list):
         super().__delitem__(index)
         self._changed()
 
-    def __iadd__(self, items: Any) -> _CallbackList:
+    # typeshed's overloads of list.__add__/__mul__ make every list subclass's __iadd__/__imul__ "incompatible"
+    def __iadd__(self, items: Any) -> _CallbackList:  # type: ignore[misc]
         super().__iadd__(items)
         self._changed()
         return self
 
-    def __imul__(self, times: Any) -> _CallbackList:
+    def __imul__(self, times: Any) -> _CallbackList:  # type: ignore[misc]  # (as __iadd__)
         super().__imul__(times)
         self._changed()
         return self

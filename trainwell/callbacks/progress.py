@@ -90,7 +90,8 @@ class ProgressCallback(TrainerCallback):
         """Close the evaluation bar."""
         self._close_prediction_bar(state)
 
-    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_predict(self, args: Any, state: TrainerState, control: TrainerControl, metrics: dict[str, Any] | None = None,
+                   **kwargs: Any) -> None:
         """Close the prediction bar."""
         self._close_prediction_bar(state)
 

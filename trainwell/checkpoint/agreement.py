@@ -141,6 +141,7 @@ def load_agreed(manager: ResumingManager, folders: list[Path], contents: Any, *,
                 error = err
             problems = _agree(manager, error)
         if not problems:
+            assert result is not None  # no rank reported a problem, so this rank's load ran to the end
             return folder, result
         described = "; ".join(f"rank {r}: {message}" for r, message, _ in problems)
         unsafe = [message for _, message, is_unsafe in problems if is_unsafe]

@@ -170,8 +170,7 @@ def new_saver_group(timeout_s: float | None = None) -> Any:
 
     import torch.distributed as dist
 
-    kwargs = {} if timeout_s is None else {"timeout": timedelta(seconds=timeout_s)}
-    return dist.new_group(backend="gloo", **kwargs)
+    return dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
 
 
 class AsyncSaver:
@@ -195,7 +194,7 @@ class AsyncSaver:
         return self._thread is not None and self._thread.is_alive()
 
     def save(self, manager: "CheckpointManager", step: int, contents: "CheckpointContents", *,
-             after: Callable[[Path], None] | None = None,
+             after: Callable[[Path], Any] | None = None,
              engine_snapshot: Callable[[], Callable[[Path, Any], None] | None] | None = None) -> Path:
         """Copy ``contents`` to host memory, start writing checkpoint ``step`` in the background; return its folder.
 

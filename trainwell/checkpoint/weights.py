@@ -233,19 +233,20 @@ def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tens
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     max_bytes = parse_size(max_shard_size)
-    is_mapping = isinstance(model_or_state_dict, Mapping)
+    model = None if isinstance(model_or_state_dict, Mapping) else model_or_state_dict
     if isinstance(state_dict, StreamedWeights):
         if safe_serialization:
-            if not is_mapping:
-                _save_config(model_or_state_dict, folder)
+            if model is not None:
+                _save_config(model, folder)
             return _save_streamed(state_dict, folder, max_bytes=max_bytes, metadata=metadata)
         state_dict = state_dict.materialize()
-    if not is_mapping and hasattr(model_or_state_dict, "save_pretrained"):
-        sd = state_dict if state_dict is not None else model_or_state_dict.state_dict()
-        model_or_state_dict.save_pretrained(folder, state_dict=sd, safe_serialization=safe_serialization)
+    save_pretrained = getattr(model, "save_pretrained", None)
+    if model is not None and save_pretrained is not None:
+        sd = state_dict if state_dict is not None else model.state_dict()
+        save_pretrained(folder, state_dict=sd, safe_serialization=safe_serialization)
         return sorted(p for p in folder.iterdir() if p.is_file())
     if state_dict is None:
-        state_dict = model_or_state_dict if is_mapping else model_or_state_dict.state_dict()
+        state_dict = model_or_state_dict if isinstance(model_or_state_dict, Mapping) else model_or_state_dict.state_dict()
     return _save_state_dict(state_dict, folder, safe=safe_serialization, max_bytes=max_bytes, metadata=metadata)
 
 
@@ -303,7 +304,7 @@ def _read_weight_file(path: Path) -> tuple[dict[str, "torch.Tensor"], dict[str, 
     return _read_safetensors(path) if path.suffix == ".safetensors" else (_read_bin(path), {})
 
 
-def _apply_aliases(state: dict, origin: dict, meta: Mapping[str, str], source: Path) -> None:
+def _apply_aliases(state: dict, origin: dict, meta: Mapping[str, Any], source: Path) -> None:
     raw = meta.get(ALIASES_METADATA_KEY)
     aliases = raw if isinstance(raw, dict) else json.loads(raw) if raw else {}
     for alias, kept in aliases.items():

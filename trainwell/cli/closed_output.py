@@ -59,8 +59,8 @@ class _StreamThatMayClose:
 def output_may_close() -> Iterator[None]:
     """Within the block, ``sys.stdout`` and ``sys.stderr`` survive their reader closing the pipe."""
     saved = sys.stdout, sys.stderr
-    sys.stdout = _StreamThatMayClose(saved[0], "stdout")  # type: ignore[assignment]
-    sys.stderr = _StreamThatMayClose(saved[1], "stderr")  # type: ignore[assignment]
+    sys.stdout = _StreamThatMayClose(saved[0], "stdout")
+    sys.stderr = _StreamThatMayClose(saved[1], "stderr")
     try:
         yield
     finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from types import FrameType
 from typing import Any
 
 from ..callbacks.base import TrainerCallback
@@ -130,7 +131,7 @@ def _calling_trainer() -> Any:
     """The Trainer whose ``log`` is on the call stack (a callback is not handed the trainer itself)."""
     from ..trainer.trainer import Trainer
 
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, Trainer):

@@ -199,10 +199,10 @@ def accelerate_settings(environ: Mapping[str, str] | None = None) -> dict[str, t
         settings["fsdp"] = (options, source)
         settings["fsdp_config"] = (config, source)
     if use_deepspeed:
-        config = _deepspeed_settings(env)
-        source = ("ACCELERATE_DEEPSPEED_CONFIG_FILE" if isinstance(config, str)
+        ds_config = _deepspeed_settings(env)  # a file's path, or the settings as a dict
+        source = ("ACCELERATE_DEEPSPEED_CONFIG_FILE" if isinstance(ds_config, str)
                   else "ACCELERATE_USE_DEEPSPEED=true (ACCELERATE_DEEPSPEED_* variables)")
-        settings["deepspeed"] = (config, source)
+        settings["deepspeed"] = (ds_config, source)
     return settings
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -358,12 +358,15 @@ def mean_across_ranks(tensor: "torch.Tensor") -> "torch.Tensor":
     return reduced / dist.get_world_size()
 
 
-def all_gather_object(obj: object) -> list[object]:
+_T = TypeVar("_T")
+
+
+def all_gather_object(obj: _T) -> list[_T]:
     """Every rank's ``obj`` in rank order (``[obj]`` in a single process)."""
     if not is_dist():
         return [obj]
     import torch.distributed as dist
 
-    gathered: list[object] = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()  # the collective puts every rank's obj in its place
     dist.all_gather_object(gathered, obj)
     return gathered

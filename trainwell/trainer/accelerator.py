@@ -116,7 +116,12 @@ class TrainerAccelerator(DistributedState):
         if not is_dist():
             return input_data
         found: list[bool] = []
-        nested_map(lambda value: found.append(isinstance(value, torch.Tensor)) or value, input_data)
+
+        def note(value: Any) -> Any:
+            found.append(isinstance(value, torch.Tensor))
+            return value
+
+        nested_map(note, input_data)
         if use_gather_object or not any(found):
             parts = all_gather_object(input_data)
             return [item for part in parts for item in part] if all(isinstance(p, list) for p in parts) else parts
@@ -207,7 +212,12 @@ class TrainerAccelerator(DistributedState):
 
     def get_state_dict(self, model: nn.Module | None = None, unwrap: bool = True) -> dict[str, torch.Tensor]:
         """The full (consolidated) weights of the Trainer's model."""
-        return self._trainer.backend.full_state_dict()
+        backend = self._trainer.backend
+        state = backend.full_state_dict()
+        if state is None:  # nothing sharded: the model's own state dict is whole
+            model = model if model is not None else backend.model or self._trainer.model
+            state = (unwrap_model(model) if unwrap else model).state_dict()
+        return state
 
     def save(self, obj: Any, f: Any, safe_serialization: bool = False) -> None:
         """``torch.save`` on the main process only."""
@@ -231,7 +241,9 @@ def _seed_random_sampler_by_epoch(loader: torch.utils.data.DataLoader) -> torch.
     """``loader`` with its ``RandomSampler`` (its own, or its batch sampler's) made epoch-seeded, in place."""
     from ..data.samplers import EpochSeededRandomSampler
 
-    holder = loader.sampler if isinstance(loader.sampler, torch.utils.data.BatchSampler) else loader.batch_sampler
+    holder: Any = loader.sampler  # a BatchSampler given as the sampler, else the batch sampler (which may have one)
+    if not isinstance(holder, torch.utils.data.BatchSampler):
+        holder = loader.batch_sampler
     sampler = getattr(holder, "sampler", None)
     if isinstance(sampler, torch.utils.data.RandomSampler) and not isinstance(sampler, EpochSeededRandomSampler):
         holder.sampler = EpochSeededRandomSampler(sampler)

@@ -310,8 +310,8 @@ class TrainerCheckpoints:
         contents.load_rng = lambda path: trainer._load_rng_state(str(path))
         # Every rank validates, agrees and loads together (trainwell's files, then the engine's); see
         # trainwell.checkpoint.agreement.
-        options = dict(load_trainer_state=TrainerState.load_from_json, engine_load=self.backend.load,
-                       engine_check=self.backend.check_checkpoint, context=self.backend.gathered_parameters)
+        options = dict[str, Any](load_trainer_state=TrainerState.load_from_json, engine_load=self.backend.load,
+                                 engine_check=self.backend.check_checkpoint, context=self.backend.gathered_parameters)
         if self.resume_with_fallback:
             folder, result = self.manager.load_latest_valid(contents, **options)
         else:
@@ -382,7 +382,7 @@ class TrainerCheckpoints:
         saved_ranks = len(data_state.get("tr_loss_per_rank") or [])
         saved_batch, saved_per_epoch = data_state.get("train_batch_size"), data_state.get("batches_per_epoch")
         per_epoch, args, batch = plan.micro_batches_per_epoch, self.args, self._trainer._train_batch_size
-        if saved_ranks in (0, args.world_size) or None in (saved_ga, saved_batch, saved_per_epoch, per_epoch):
+        if saved_ranks in (0, args.world_size) or per_epoch is None or None in (saved_ga, saved_batch, saved_per_epoch):
             return False
         return (saved_batch * saved_ga * saved_ranks == batch * args.gradient_accumulation_steps * args.world_size
                 and saved_batch * saved_per_epoch * saved_ranks == batch * per_epoch * args.world_size)
@@ -558,11 +558,11 @@ class TrainerCheckpoints:
         guard = self.preemption
         if guard is not None and not guard.requested and not self.preemption_collective:
             return False  # one process and no signal (every step): _preemption_requested's answer, read inline
-        if self._trainer.control.should_training_stop or not self._preemption_requested():
+        if self._trainer.control.should_training_stop or guard is None or not self._preemption_requested():
             return False
         trainer = self._trainer
         step = trainer.state.global_step
-        name = self.preemption.signal_name or "a stop request"
+        name = guard.signal_name or "a stop request"
         folder = self.manager.checkpoint_dir(step)
         if self.args.save_strategy == "no" and not self.args.enable_jit_checkpoint:
             where = "no checkpoint saved (save_strategy='no')"
@@ -574,7 +574,7 @@ class TrainerCheckpoints:
             if self.preemption_hint:
                 where += f"; {resume_advice(self.args.output_dir, Path(folder))}"
         self.preempted = True
-        self.preempted_by = self.preemption.signal_name
+        self.preempted_by = guard.signal_name
         trainer.control.should_training_stop = True
         self.close_progress_bars()
         logger.warning("Training preempted by %s at step %d: %s", name, step, where)

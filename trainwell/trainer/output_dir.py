@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import AbstractSet, Any
 
 logger = logging.getLogger("trainwell.trainer")
 
@@ -36,7 +36,7 @@ def _names(folders: list[Path]) -> str:
     return ", ".join(shown if len(folders) <= 3 else ["...", *shown])
 
 
-def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: set[str] = frozenset()) -> None:
+def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: AbstractSet[str] = frozenset()) -> None:
     """Apply the rule of the module docstring for a run starting from ``resume_from`` (None: a fresh run).
 
     Every rank calls it and decides alike (each reads its own ``output_dir``); only the saving ranks delete.

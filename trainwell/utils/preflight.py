@@ -66,7 +66,7 @@ def coerce_field_types(obj: Any) -> None:
     A value that cannot be converted raises ``TypeError`` naming the field and the expected type. One pass over
     the scalar fields (found once per class); values already of the right type cost an ``isinstance``.
     """
-    for name, kind, nullable in _scalar_fields(type(obj)):
+    for name, kind, nullable in _scalar_fields(obj.__class__):
         value = getattr(obj, name)
         if value is None and nullable:
             continue

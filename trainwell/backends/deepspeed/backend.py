@@ -27,7 +27,7 @@ from torch import nn
 
 from ...runtime.distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
                             read_launch_env)
-from ..base import Capabilities
+from ..base import Capabilities, prepared
 from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
 
 logger = logging.getLogger("trainwell.deepspeed")
@@ -165,7 +165,7 @@ class DeepSpeedBackend:
     def prepare_model(self, model: nn.Module, *, training: bool) -> nn.Module:
         """Training: keep the model (the engine is built with the optimizer); inference: a ZeRO inference engine."""
         if self.engine is not None and self.model is model:
-            return self.wrapped
+            return prepared(self.wrapped, "model")
         self.model = model.to(self.device)
         if training:
             self.wrapped = self.model
@@ -179,7 +179,7 @@ class DeepSpeedBackend:
         self.wrapped = self.engine
         return self.engine
 
-    def _resolve(self, model: nn.Module, num_training_steps: int | None) -> dict[str, Any]:
+    def _resolve(self, model: nn.Module | None, num_training_steps: int | None) -> dict[str, Any]:
         resolved = DeepSpeedConfig.__new__(DeepSpeedConfig)
         resolved.config, resolved.mismatches = _copy(self.ds_config.config), []
         self.resolved_config = resolved.resolve(self.args, model=model, num_training_steps=num_training_steps)
@@ -194,7 +194,7 @@ class DeepSpeedBackend:
         engine, ds_optimizer, _, ds_scheduler = self.deepspeed.initialize(
             model=self.model, optimizer=client_optimizer, lr_scheduler=client_scheduler, config=config,
             model_parameters=None if client_optimizer is not None else
-            [p for p in self.model.parameters() if p.requires_grad])
+            [p for p in prepared(self.model, "model").parameters() if p.requires_grad])
         self.engine, self.wrapped = engine, engine
         self.input_dtype = _engine_dtype(config)
         self.optimizer, self.lr_scheduler = _OptimizerView(engine), _SchedulerView(engine)
@@ -257,7 +257,7 @@ class DeepSpeedBackend:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights on the CPU; under ZeRO-3 a collective (every rank must call it)."""
-        model = self.model
+        model = prepared(self.model, "model")
         if not self.ds_config.is_zero3():
             return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
         with self.deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None):

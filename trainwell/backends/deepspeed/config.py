@@ -103,6 +103,8 @@ class DeepSpeedConfig:
     ``deepspeed.zero.Init``. ``resolve(args, ...)`` fills the ``"auto"`` values in place.
     """
 
+    _hf_config: Any = None  # transformers' HfDeepSpeedConfig of the same config, kept alive with this one (ZeRO-3)
+
     def __init__(self, config: dict[str, Any] | str | os.PathLike) -> None:
         self.config = load_deepspeed_config(config)
         stage = get_value(self.config, "zero_optimization.stage", 0)

@@ -120,6 +120,7 @@ def load_resized(engine: Any, folder: Path, *, saved_world: int, scratch: Path) 
         if error is not None:
             raise CheckpointError(f"{folder}: DeepSpeed's ds_to_universal could not convert the checkpoint for "
                                   f"{world} process(es) ({error}); resume on {saved_world} process(es)")
+        assert first is not None  # rank 0 converted without an error, so it names its conversion
         use = _conversion_seen_here(folder, tag, scratch, first, views, mine)
         config = engine._config  # read by engine.load_checkpoint only: on for this load, off again afterwards
         config.load_universal_checkpoint = True
@@ -169,6 +170,7 @@ def _conversion_seen_here(folder: Path, tag: str, scratch: Path, first: str, vie
             f"{folder}: rank(s) {[r for r, saw in enumerate(sees) if not saw]} see no conversion of the checkpoint "
             f"on their disk: the ranks of one node do not share its output_dir ({scratch} here). Give the ranks of "
             "a node one output_dir, or put output_dir on a file system every node sees")
+    assert use is not None  # every rank sees its conversion, this one included
     return use
 
 

@@ -51,7 +51,7 @@ class CometCallback(LazyTrackerCallback):
         self._log_assets = False
         self._experiment: Any = None
 
-    def setup(self, args: Any, state: TrainerState, model: Any) -> None:
+    def setup(self, args: Any, state: TrainerState, model: Any, **kwargs: Any) -> None:
         """Start (or find) the experiment and log the parameters."""
         self._initialized = True
         self._log_assets = env_flag("COMET_LOG_ASSETS")

@@ -52,7 +52,7 @@ class DVCLiveCallback(LazyTrackerCallback):
             elif os.getenv("HF_DVCLIVE_LOG_MODEL", "").strip().lower() == "all":
                 self._log_model = "all"
 
-    def setup(self, args: Any, state: TrainerState, model: Any) -> None:
+    def setup(self, args: Any, state: TrainerState, model: Any, **kwargs: Any) -> None:
         """Create the ``Live`` (unless given) and log the arguments as params."""
         self._initialized = True
         if state.is_world_process_zero:

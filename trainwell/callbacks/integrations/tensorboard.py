@@ -36,8 +36,10 @@ def as_scalar(value: Any) -> float | int | None:
     """``value`` as a real number (numbers, numpy scalars, one-element tensors), or ``None``."""
     if isinstance(value, bool):
         return int(value)
-    if isinstance(value, numbers.Real):
+    if isinstance(value, (int, float)):
         return value
+    if isinstance(value, numbers.Real):  # numpy's scalars (as Python's int or float), Fraction
+        return value.item() if hasattr(value, "item") else float(value)
     numel = getattr(value, "numel", None)
     if callable(numel) and numel() == 1 and hasattr(value, "item"):
         return value.item()
