@@ -256,6 +256,13 @@ class FSDPBackend(SingleDeviceBackend):
         for unit in units:
             fully_shard(unit, **kwargs)
         fully_shard(model, **kwargs)
+        if callable(getattr(model, "generate", None)):
+            # FSDP2 gathers the parameters around forward only; generate (predict_with_generate) calls submodules
+            # directly (T5's encoder) and would meet sharded DTensors: upstream's Trainer registers it for FSDP
+            # (torch.distributed.fsdp.register_fsdp_forward_method(self.model, "generate"))
+            from torch.distributed.fsdp import register_fsdp_forward_method
+
+            register_fsdp_forward_method(model, "generate")
         if self.config.get("forward_prefetch") in (True, "true", "True") and len(units) > 1:
             for unit, following in zip(units, units[1:]):
                 cast("FSDPModule", unit).set_modules_to_forward_prefetch([cast("FSDPModule", following)])
