@@ -170,7 +170,8 @@ class OutputDirLock:
             self._check_previous(record)
             own = {"pid": os.getpid(), "host": socket.gethostname(),
                    "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-            os.ftruncate(fd, 0)
+            if os.fstat(fd).st_size:  # an earlier holder's record: replaced. A new file is not truncated: ext4 flushes
+                os.ftruncate(fd, 0)  # a file truncated to 0 and rewritten when it is closed (auto_da_alloc), ~5 ms
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, (json.dumps(own) + "\n").encode("utf-8"))
             # Processes of this host read the record from the page cache; only the hosts of a network file system
