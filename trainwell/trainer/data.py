@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,8 +21,8 @@ from ..utils.overrides import call_override
 from ..utils.preflight import check_dataset
 from ..utils.trainer_utils import seed_worker
 
-# the Trainer facade (trainer.py), which imports this module: named here only in words, so that no import circle
-Trainer = Any
+if TYPE_CHECKING:  # trainer.py imports this module: the Trainer is named for the type checker only
+    from .trainer import Trainer
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -70,7 +70,7 @@ def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | Non
     if not trainer.args.remove_unused_columns:
         return dataset
     trainer._set_signature_columns_if_needed()
-    return remove_unused_columns_from_dataset(dataset, trainer._signature_columns, description=description,
+    return remove_unused_columns_from_dataset(dataset, trainer._signature_columns or [], description=description,
                                               model_name=type(unwrap_model(trainer.model)).__name__, logger=logger)
 
 
@@ -80,7 +80,7 @@ def collator_with_removed_columns(trainer: Trainer, collator: Any, description: 
     if not trainer.args.remove_unused_columns:
         return collator
     trainer._set_signature_columns_if_needed()
-    return RemoveColumnsCollator(collator, trainer._signature_columns, logger=logger,
+    return RemoveColumnsCollator(collator, trainer._signature_columns or [], logger=logger,
                                  model_name=type(unwrap_model(trainer.model)).__name__, description=description)
 
 

@@ -27,12 +27,11 @@ from ..utils.model_utils import unwrap_model
 from ..utils.trainer_utils import TrainOutput
 from .setup import is_bitsandbytes_quantized
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # trainer.py imports this module: the Trainer is named for the type checker only
     from ..loops.loss_scaling import WindowScaler
+    from ..loops.loop_state import LoopState
     from ..loops.train_loop import TrainPlan
-
-# the Trainer facade (trainer.py), which imports this module: named here only in words, so that no import circle
-Trainer = Any
+    from .trainer import Trainer
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -53,6 +52,14 @@ def metric_value(metrics: Mapping[str, float], name: str) -> float:
             f"metrics. The available evaluation metrics are: {list(metrics)}. Return {key[5:]!r} from "
             "compute_metrics, or set metric_for_best_model to one of these (with or without the 'eval_' prefix).")
     return metrics[key]
+
+
+def _loop_of(trainer: Trainer) -> LoopState:
+    """The running loop's state (set by the loop before any of the functions below is called)."""
+    loop = trainer._tw_loop
+    if loop is None:
+        raise RuntimeError("the training loop's state is read before train() started the loop")
+    return loop
 
 
 def init_state(trainer: Trainer, plan: TrainPlan) -> None:
@@ -98,8 +105,9 @@ def log_training_window(trainer: Trainer, tr_loss: torch.Tensor, grad_norm: torc
                         start_time: float | None = None) -> None:
     """Log the mean loss of the steps since the last log, the gradient norm and the learning rate (through
     ``trainer.log(logs, start_time)``, as upstream; an override of the older ``log(logs)`` gets ``logs`` only)."""
-    steps = trainer.state.global_step - trainer._tw_loop.last_logged_step
-    window = trainer._tw_loop.close_window(trainer.state.global_step)
+    loop = _loop_of(trainer)
+    steps = trainer.state.global_step - loop.last_logged_step
+    window = loop.close_window(trainer.state.global_step)
     if not math.isfinite(window) and not trainer._tw_warned_non_finite:
         # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
         # StopOnNonFiniteLossCallback.
@@ -132,26 +140,28 @@ def is_new_best(trainer: Trainer, metrics: dict[str, float] | None) -> bool:
 def finish_training(trainer: Trainer, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
     """Final metrics, best-model reload, rotation, on_train_end."""
     trainer._tw_checkpoints.wait()  # async_save: the last (or preemption) save is committed before train() returns
+    loop = _loop_of(trainer)
     steps = max(trainer.state.global_step, 1)
-    train_loss = trainer._tw_loop.final_total() / steps
+    train_loss = loop.final_total() / steps
     args, state = trainer.args, trainer.state
     if args.load_best_model_at_end and state.best_model_checkpoint is not None and not trainer.preempted:
         trainer._load_best_model()
-    if plan.micro_batches_per_epoch and trainer.args.max_steps <= 0:
+    num_samples: float
+    if plan.micro_batches_per_epoch and plan.num_examples is not None and trainer.args.max_steps <= 0:
         num_samples = plan.num_examples * trainer.args.num_train_epochs
     else:
         num_samples = plan.max_steps * plan.total_train_batch_size
     # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
     # whole plan (upstream 4.x divided the planned max_steps by the runtime).
-    steps_run = trainer.state.global_step - trainer._tw_loop.steps_at_start
+    steps_run = trainer.state.global_step - loop.steps_at_start
     num_samples = num_samples * steps_run / max(plan.max_steps, 1)
-    tokens = trainer._tw_loop.tokens_trained if trainer.args.include_tokens_per_second else None  # per device, seen
+    tokens = loop.tokens_trained if trainer.args.include_tokens_per_second else None  # per device, seen
     metrics = reporting.speed_metrics("train", start_time, num_samples=num_samples, num_steps=steps_run,
                                       num_tokens=tokens)
     trainer.store_flos()
     metrics["total_flos"] = trainer.state.total_flos
     metrics["train_loss"] = train_loss
-    metrics["epoch"] = trainer.state.epoch
+    metrics["epoch"] = float(trainer.state.epoch or 0.0)  # set (0.0 up) since init_state
     trainer.is_in_train = False
     trainer._memory_tracker.stop_and_update_metrics(metrics, stage="train")
     trainer.log(metrics)

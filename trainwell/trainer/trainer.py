@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does n
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
-DEFAULT_CALLBACKS = [DefaultFlowCallback]
+DEFAULT_CALLBACKS: list[type[TrainerCallback]] = [DefaultFlowCallback]
 _ONLY_TENSORS = {torch.Tensor}
 _IS_CPU = attrgetter("is_cpu")
 
@@ -152,6 +152,7 @@ class Trainer:
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
         self._train_batch_size = self._tw_requested_batch_size = args.train_batch_size
         self._tw_loop: LoopState | None = None  # the running loop's state (data position, running losses)
+        self._tw_plan: TrainPlan | None = None  # the running (or last) train()'s plan
         self._past: Any = None
         self._tw_input_dtype: torch.dtype | None = None
         # how _prepare_inputs moves a flat batch, picked by _adopt_input_dtype once the backend is set up

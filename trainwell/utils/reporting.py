@@ -52,7 +52,7 @@ def save_metrics_json(output_dir: str, split: str, metrics: dict[str, float], *,
             json.dump(merged, fh, indent=4, sort_keys=True)
 
 
-def speed_metrics(split: str, start_time: float, num_samples: int | None = None, num_steps: int | None = None,
+def speed_metrics(split: str, start_time: float, num_samples: float | None = None, num_steps: int | None = None,
                   num_tokens: int | None = None) -> dict[str, float]:
     """``{split}_runtime``, ``_samples_per_second``, ``_steps_per_second`` (and tokens) since ``start_time``."""
     runtime = time.time() - start_time
