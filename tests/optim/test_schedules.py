@@ -8,7 +8,7 @@ import pickle
 import pytest
 import torch
 
-from trainwell import schedules
+from trainwell.optim import schedules
 from trainwell.optim.schedules import (
     get_constant_schedule,
     get_constant_schedule_with_warmup,

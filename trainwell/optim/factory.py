@@ -96,7 +96,8 @@ def build_param_groups(model: nn.Module, weight_decay: float, *,
     that ``optimizer.param_groups`` and ``optimizer.pt`` are exactly upstream's and checkpoints interchange.
     """
     names = set(get_decay_parameter_names(model) if decay_names is None else decay_names)
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, param in model.named_parameters():
         if param.requires_grad:
             (decay if name in names else no_decay).append(param)
@@ -211,7 +212,7 @@ _FACTORIES: dict[str, Callable[[Any, nn.Module | None], tuple[type, dict[str, An
 
 def _check_kwargs(optimizer_cls: type, kwargs: dict[str, Any], name: str) -> None:
     try:
-        parameters = inspect.signature(optimizer_cls.__init__).parameters
+        parameters = inspect.signature(getattr(optimizer_cls, "__init__")).parameters  # the constructor's arguments
     except (TypeError, ValueError):
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -412,6 +413,7 @@ class Adafactor(torch.optim.Optimizer):
 
     def _update_param(self, param: torch.Tensor, group: dict[str, Any]) -> None:
         grad = param.grad
+        assert grad is not None  # step() updates only the parameters that have a gradient
         if grad.is_sparse:
             raise RuntimeError("Adafactor does not support sparse gradients; use dense embeddings (sparse=False).")
         grad = grad.float()  # statistics in float32 even for fp16/bf16 parameters
@@ -433,8 +435,9 @@ class Adafactor(torch.optim.Optimizer):
         if value is not param:
             param.copy_(value)
 
+    # torch declares step() as two overloads (no closure -> None, a closure -> float); one signature serves both
     @torch.no_grad()
-    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
         """Perform one optimisation step; ``closure`` re-evaluates the model and returns the loss."""
         loss = None
         if closure is not None:
