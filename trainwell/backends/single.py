@@ -105,9 +105,6 @@ class SingleDeviceBackend:
         """The grad scaler, when fp16 is on."""
         return {"scaler": self.scaler} if self.scaler.is_enabled() else {}
 
-    def load_state_dicts(self, states: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dicts` returned (the objects are restored in place by the checkpoint)."""
-
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The model's own state dict (nothing to gather in one process)."""
         return self.model.state_dict()
