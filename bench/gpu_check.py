@@ -193,8 +193,8 @@ def check_compile(tmp: Path, cpu: bool) -> dict[str, Any]:
 
 
 def check_gradient_checkpointing(tmp: Path, cpu: bool) -> dict[str, Any]:
-    """gradient_checkpointing=True: the same losses and weights as transformers.Trainer with it, and as without."""
-    ours, theirs = (train(side, tmp, cpu=cpu, gradient_checkpointing=True) for side in ("trainwell", "transformers"))
+    """activation_checkpointing=True: the same losses and weights as transformers.Trainer with it, and as without."""
+    ours, theirs = (train(side, tmp, cpu=cpu, activation_checkpointing=True) for side in ("trainwell", "transformers"))
     plain = train("trainwell", tmp / "plain", cpu=cpu)
     a, b, c = ours.series("loss"), theirs.series("loss"), plain.series("loss")
     diff, vs_plain = rel_diff(a, b), rel_diff(a, c)
