@@ -73,9 +73,7 @@ class StepRunner:
         # an engine that clips inside its own step (DeepSpeed) reports the norm after it; otherwise the clip's
         self.engine_grad_norm = backend.last_grad_norm if backend.caps.handles_grad_accumulation else None
         self.zero_grad = backend.zero_grad
-        scheduler = trainer.lr_scheduler if scheduler_per_step else None  # ReduceLROnPlateau steps on metrics
-        self.schedule_step = scheduler.step if scheduler is not None else None
-        self.last_lr = scheduler.get_last_lr if scheduler is not None else None
+        self.scheduler = trainer.lr_scheduler if scheduler_per_step else None  # ReduceLROnPlateau: on metrics
 
     def step(self, group: Sequence[Any]) -> torch.Tensor | None:
         """One optimizer step over the micro-batches of ``group``; returns the gradient norm before clipping (None
@@ -98,9 +96,9 @@ class StepRunner:
         event = callbacks.on_optimizer_step
         if event is not QUIET_EVENT:
             trainer.control = event(args, state, trainer.control)
-        if stepped and self.schedule_step is not None:
-            self.loop.step_learning_rate = self.last_lr()[0]  # the rate this step used is the one logged (upstream)
-            self.schedule_step()
+        if stepped and self.scheduler is not None:
+            self.loop.step_learning_rate = self.scheduler.get_last_lr()[0]  # the rate this step used: logged
+            self.scheduler.step()
         else:  # the rate did not move: the logs read it as it is
             self.loop.step_learning_rate = None
             self.loop.skipped_steps += not stepped

@@ -127,8 +127,9 @@ def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainP
     plan = plan_training(args, dataloader, args.world_size, batch_size)
     trainer._init_state(plan)
     model = trainer._prepare_for_training(plan.max_steps)
-    if callable(getattr(trainer.optimizer, "train", None)):  # schedule-free optimizers: train mode, as upstream
-        trainer.optimizer.train()
+    train_mode = getattr(trainer.optimizer, "train", None)
+    if callable(train_mode):  # schedule-free optimizers: train mode, as upstream
+        train_mode()
     position = trainer._resume(resume_from) if resume_from is not None else DataPosition()
     loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
                            accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
@@ -172,22 +173,22 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         groups = _accumulation_groups(iterator, args.gradient_accumulation_steps)
         first = next(groups, None)
-        if runner is None and first is not None:
-            runner = StepRunner(trainer, loop, model, trainer._window_scaler(first[0]),
-                                scheduler_per_step=not trainer._scheduler_needs_metrics())
-        for group in itertools.chain((first,), groups) if first is not None else ():
-            trainer.control = cb.on_step_begin(args, state, trainer.control)
-            grad_norm = runner.step(group)
-            position.batches_in_epoch += len(group)
-            state.global_step += 1
-            state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
-                                   if plan.micro_batches_per_epoch else 0.0)
-            trainer.control = cb.on_step_end(args, state, trainer.control)
-            log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
-            if stop_if_preempted(model, trial, tr_loss):
-                break
-            if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
-                break
+        if first is not None:  # (none: an epoch without batches left, e.g. a run resumed at its end)
+            runner = runner or StepRunner(trainer, loop, model, trainer._window_scaler(first[0]),
+                                          scheduler_per_step=not trainer._scheduler_needs_metrics())
+            for group in itertools.chain((first,), groups):
+                trainer.control = cb.on_step_begin(args, state, trainer.control)
+                grad_norm = runner.step(group)
+                position.batches_in_epoch += len(group)
+                state.global_step += 1
+                state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
+                                       if plan.micro_batches_per_epoch else 0.0)
+                trainer.control = cb.on_step_end(args, state, trainer.control)
+                log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
+                if stop_if_preempted(model, trial, tr_loss):
+                    break
+                if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
+                    break
         if trainer.preempted:  # SIGTERM/SIGINT: checkpoint saved mid-epoch; the epoch is not over
             break
         if plan.micro_batches_per_epoch is None:
