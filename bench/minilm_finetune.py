@@ -23,7 +23,9 @@ alike; every train starts from a freshly loaded model. What is timed:
   trainwell hashes and fsyncs every file it writes (a checkpoint is durable and verified when resumed); upstream
   does neither. To show what that costs, trainwell's save is also timed with the checksums replaced by a no-op and
   with both the checksums and ``os.fsync`` replaced by no-ops (benchmark only; the library is not changed).
-  ``os.sync()`` runs (untimed) after every save and every train, so that nothing pays for an earlier write-back.
+  ``os.sync()`` runs (untimed) after every save and every train, so that nothing pays for an earlier write-back; an
+  untimed save of each side comes first (the first save after ``evaluate()`` costs more, whichever side makes it),
+  and the timed variants take turns in each position.
 
 The final weights of both sides are compared in each configuration (``max |weight difference|``).
 
@@ -38,6 +40,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import logging
 import os
 import random
 import shutil
@@ -128,8 +131,12 @@ def make_trainer(library: str, extra: dict[str, Any], cfg: BenchConfig, data: tu
 
     lib = importlib.import_module(library)
     transformers.set_seed(cfg.seed)  # the new classifier head, the same on both sides
-    with quiet():  # the load report of the new head
-        model = transformers.AutoModelForSequenceClassification.from_pretrained(model_path(), num_labels=2)
+    logging.disable(logging.WARNING)  # the load report of the new head (no logger's level is changed)
+    try:
+        with quiet():  # its progress bar
+            model = transformers.AutoModelForSequenceClassification.from_pretrained(model_path(), num_labels=2)
+    finally:
+        logging.disable(logging.NOTSET)
     kwargs: dict[str, Any] = {"output_dir": str(workdir / library), "max_steps": cfg.steps,
                               "per_device_train_batch_size": cfg.batch_size, **extra}
     args = lib.TrainingArguments(**kwargs)
@@ -185,9 +192,9 @@ def without(checksums: bool, fsync: bool) -> Any:
         digest.new_hasher, layout.hash_file, os.fsync = saved
 
 
-def time_save(trainer: Any, variant: str, what: str, workdir: Path) -> float:
-    """Seconds of one ``_save_checkpoint`` (``what="checkpoint"``) or ``save_model`` into a fresh folder; the
-    folder is removed and the page cache written back (untimed) afterwards."""
+def time_save(trainer: Any, variant: str, what: str, workdir: Path) -> tuple[float, float]:
+    """Wall and process CPU seconds of one ``_save_checkpoint`` (``what="checkpoint"``) or ``save_model`` into a
+    fresh folder; the folder is removed and the page cache written back (untimed) afterwards."""
     folder = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
     if what == "save_model":
         folder = workdir / f"saved-{variant}"
@@ -198,12 +205,14 @@ def time_save(trainer: Any, variant: str, what: str, workdir: Path) -> float:
     os.sync()
     with without(checksums=variant != "trainwell" and variant != "transformers",
                  fsync=variant == "trainwell_no_fsync_no_checksums"):
+        cpu = time.process_time()
         took = timed(action)
+        cpu = time.process_time() - cpu
     if not folder.is_dir():
         raise RuntimeError(f"{variant}: {what} wrote no {folder}")
     shutil.rmtree(folder)
     os.sync()
-    return took
+    return took, cpu
 
 
 # ------------------------------------------------------------------------------------------------------ run
@@ -225,11 +234,13 @@ def run(cfg: BenchConfig, workdir: Path, log: Callable[[str], None] = print) -> 
         "config": asdict(cfg), "torch": torch.__version__, "transformers": transformers.__version__,
         "load_average_start": os.getloadavg()[0],
         "train_seconds": {c: {lib: [] for lib in LIBRARIES} for c in CONFIGS},
+        "train_cpu_seconds": {c: {lib: [] for lib in LIBRARIES} for c in CONFIGS},
         "init_seconds": {c: {lib: [] for lib in LIBRARIES} for c in CONFIGS},
         "train_loss": {c: {} for c in CONFIGS}, "optimizer": {c: {} for c in CONFIGS},
         "max_abs_weight_diff": {},
         "eval_seconds": {lib: [] for lib in LIBRARIES},
         "save_seconds": {what: {v: [] for v in SAVE_VARIANTS} for what in ("checkpoint", "save_model")},
+        "save_cpu_seconds": {what: {v: [] for v in SAVE_VARIANTS} for what in ("checkpoint", "save_model")},
     }
     warm = replace(cfg, steps=2)  # untimed: lazy imports and first-call costs on both sides
     for library in LIBRARIES:
@@ -242,9 +253,12 @@ def run(cfg: BenchConfig, workdir: Path, log: Callable[[str], None] = print) -> 
             for library in LIBRARIES:
                 trainer, init = make_trainer(library, extra, cfg, data, tokenizer, workdir / config)
                 os.sync()
+                cpu = time.process_time()
                 took = timed(trainer.train)
+                cpu = time.process_time() - cpu
                 os.sync()
                 result["train_seconds"][config][library].append(took)
+                result["train_cpu_seconds"][config][library].append(cpu)
                 result["init_seconds"][config][library].append(init)
                 result["train_loss"][config][library] = trainer.state.log_history[-1].get("train_loss")
                 result["optimizer"][config][library] = optimizer_name(trainer)
@@ -257,11 +271,15 @@ def run(cfg: BenchConfig, workdir: Path, log: Callable[[str], None] = print) -> 
                 for library in LIBRARIES:
                     result["eval_seconds"][library].append(timed(trainers[library].evaluate))
                 for what in ("checkpoint", "save_model"):
-                    for _ in range(cfg.saves):
-                        for variant in SAVE_VARIANTS:
+                    for library in LIBRARIES:  # untimed: the first save after evaluate() costs more, whoever makes it
+                        time_save(trainers[library], library, what, workdir)
+                    for repeat in range(cfg.saves):
+                        shift = (round_index + repeat) % len(SAVE_VARIANTS)  # each variant in each position in turn
+                        for variant in SAVE_VARIANTS[shift:] + SAVE_VARIANTS[:shift]:
                             library = "transformers" if variant == "transformers" else "trainwell"
-                            result["save_seconds"][what][variant].append(
-                                time_save(trainers[library], variant, what, workdir))
+                            took, cpu = time_save(trainers[library], variant, what, workdir)
+                            result["save_seconds"][what][variant].append(took)
+                            result["save_cpu_seconds"][what][variant].append(cpu)
                 log(f"round {round_index + 1}/{cfg.rounds} evaluate and saves done, load {os.getloadavg()[0]:.2f}")
             del trainers
             shutil.rmtree(workdir / config, ignore_errors=True)  # the end-of-training checkpoints of "defaults"
@@ -277,24 +295,31 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
     for config, times in result["train_seconds"].items():
         best = {lib: cfg["steps"] / min(t) for lib, t in times.items()}
         median = {lib: cfg["steps"] / statistics.median(t) for lib, t in times.items()}
+        cpu = {lib: cfg["steps"] / min(t) for lib, t in result["train_cpu_seconds"][config].items()}
         summary["train"][config] = {
             "steps_per_s_best": best, "steps_per_s_median": median,
             "ratio_best": best["trainwell"] / best["transformers"],
             "ratio_median": median["trainwell"] / median["transformers"],
+            "steps_per_cpu_s_best": cpu, "ratio_cpu": cpu["trainwell"] / cpu["transformers"],
             "init_seconds_median": {lib: statistics.median(t) for lib, t in result["init_seconds"][config].items()},
         }
     ev = {lib: statistics.median(t) for lib, t in result["eval_seconds"].items()}
-    summary["evaluate"] = {"seconds_median": ev,
-                           "samples_per_s": {lib: cfg["eval_samples"] / s for lib, s in ev.items()},
-                           "ratio": ev["transformers"] / ev["trainwell"]}
+    ev_best = {lib: min(t) for lib, t in result["eval_seconds"].items()}
+    summary["evaluate"] = {"seconds_median": ev, "seconds_best": ev_best,
+                           "samples_per_s": {lib: cfg["eval_samples"] / s for lib, s in ev_best.items()},
+                           "ratio": ev_best["transformers"] / ev_best["trainwell"],
+                           "ratio_median": ev["transformers"] / ev["trainwell"]}
     for what, variants in result["save_seconds"].items():
         med = {v: statistics.median(t) for v, t in variants.items()}
+        cpu = {v: statistics.median(t) for v, t in result["save_cpu_seconds"][what].items()}
         summary["save"][what] = {
             "seconds_median": med,
             "checksums_seconds": med["trainwell"] - med["trainwell_no_checksums"],
             "fsync_seconds": med["trainwell_no_checksums"] - med["trainwell_no_fsync_no_checksums"],
             "time_ratio": med["trainwell"] / med["transformers"],  # above 1: trainwell slower
             "time_ratio_without_fsync_and_checksums": med["trainwell_no_fsync_no_checksums"] / med["transformers"],
+            "cpu_seconds_median": cpu,
+            "cpu_ratio_without_fsync_and_checksums": cpu["trainwell_no_fsync_no_checksums"] / cpu["transformers"],
         }
     return summary
 
@@ -305,33 +330,36 @@ def format_report(result: dict[str, Any]) -> str:
              f"thread(s), load average {result['load_average_start']:.2f} (start) {result['load_average_end']:.2f} "
              "(end)", "",
              f"{'train (steps/s, whole train())':<34}{'trainwell':>10}{'upstream':>10}{'ratio':>8}"
-             f"{'(median)':>10}  optimizer (trainwell / upstream), max |weight diff|"]
+             f"{'(median)':>10}{'(cpu)':>8}  optimizer (trainwell / upstream), max |weight diff|"]
     for config, row in s["train"].items():
         best, median = row["steps_per_s_best"], row["steps_per_s_median"]
         label = CONFIGS[config][0]
         opt = result["optimizer"][config]
         lines.append(f"{label:<34}{best['trainwell']:>10.3f}{best['transformers']:>10.3f}{row['ratio_best']:>8.3f}"
-                     f"{row['ratio_median']:>10.3f}  {opt['trainwell']} / {opt['transformers']}, "
-                     f"{result['max_abs_weight_diff'][config]:.1e}")
+                     f"{row['ratio_median']:>10.3f}{row['ratio_cpu']:>8.3f}  {opt['trainwell']} / "
+                     f"{opt['transformers']}, {result['max_abs_weight_diff'][config]:.1e}")
     init = s["train"]["defaults_no_save"]["init_seconds_median"]
     lines.append(f"{'Trainer(...) construction (s)':<34}{init['trainwell']:>10.3f}{init['transformers']:>10.3f}")
     ev = s["evaluate"]
-    lines += ["", f"{'evaluate (samples/s, median)':<34}{ev['samples_per_s']['trainwell']:>10.1f}"
-              f"{ev['samples_per_s']['transformers']:>10.1f}{ev['ratio']:>8.3f}"]
+    lines += ["", f"{'evaluate (samples/s, best)':<34}{ev['samples_per_s']['trainwell']:>10.1f}"
+              f"{ev['samples_per_s']['transformers']:>10.1f}{ev['ratio']:>8.3f}{ev['ratio_median']:>10.3f}"]
     lines += ["", f"{'save (s, median)':<24}{'trainwell':>10}{'no sums':>9}{'no sums,':>10}{'upstream':>10}"
-              f"{'x upstream':>12}{'x upstream':>12}{'checksums':>11}{'fsync':>8}",
-              f"{'':<24}{'':>10}{'':>9}{'no fsync':>10}{'':>10}{'':>12}{'w/o both':>12}{'(s)':>11}{'(s)':>8}"]
+              f"{'x upstream':>12}{'x upstream':>12}{'checksums':>11}{'fsync':>8}{'cpu x':>8}",
+              f"{'':<24}{'':>10}{'':>9}{'no fsync':>10}{'':>10}{'':>12}{'w/o both':>12}{'(s)':>11}{'(s)':>8}"
+              f"{'w/o both':>10}"]
     for what, row in s["save"].items():
         med = row["seconds_median"]
         label = "_save_checkpoint" if what == "checkpoint" else "save_model"
         lines.append(f"{label:<24}{med['trainwell']:>10.3f}{med['trainwell_no_checksums']:>9.3f}"
                      f"{med['trainwell_no_fsync_no_checksums']:>10.3f}{med['transformers']:>10.3f}"
                      f"{row['time_ratio']:>12.3f}{row['time_ratio_without_fsync_and_checksums']:>12.3f}"
-                     f"{row['checksums_seconds']:>11.3f}{row['fsync_seconds']:>8.3f}")
-    lines += ["", "train ratio: trainwell's steps/s / upstream's (best of the rounds; median in brackets), above 1 is "
-              "trainwell faster ('each side's defaults' includes the checkpoint both save when training ends); "
-              "evaluate ratio likewise; save 'x upstream': trainwell's time / upstream's, above 1 is trainwell slower "
-              "('w/o both': trainwell with its checksums and fsync made no-ops)"]
+                     f"{row['checksums_seconds']:>11.3f}{row['fsync_seconds']:>8.3f}"
+                     f"{row['cpu_ratio_without_fsync_and_checksums']:>10.3f}")
+    lines += ["", "train ratio: trainwell's steps/s / upstream's (best of the rounds; then from the median, and from "
+              "the best process CPU time, steadier on a busy machine), above 1 is trainwell faster ('each side's "
+              "defaults' includes the checkpoint both save when training ends); evaluate ratio likewise; save "
+              "'x upstream': trainwell's time / upstream's, above 1 is trainwell slower ('w/o both': trainwell with "
+              "its checksums and fsync made no-ops; 'cpu': from process CPU time)"]
     return "\n".join(lines)
 
 
