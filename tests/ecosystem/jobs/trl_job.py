@@ -24,24 +24,7 @@ if "--patch" in sys.argv:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from world import preference_rows, text_rows  # noqa: E402
-
-
-def option(name: str, default=None):
-    """The value after ``--name`` in the command line, else ``default``."""
-    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def stop_after_save(step: int):
-    """A callback ending training right after the checkpoint of ``step`` is saved (an interrupted run)."""
-    from transformers import TrainerCallback
-
-    class StopAfterSave(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            if state.global_step == step:
-                control.should_training_stop = True
-            return control
-
-    return StopAfterSave()
+from job_options import option, stop_after_save  # noqa: E402
 
 
 def step_counter():
