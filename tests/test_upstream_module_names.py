@@ -45,3 +45,20 @@ def test_any_other_top_level_name_is_an_import_error(name):
     """Only the real layout imports: ``trainwell.runtime.distributed``, not ``trainwell.distributed``."""
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module(f"trainwell.{name}")
+
+
+def test_every_name_trainer_utils_lists_resolves():
+    """``trainwell.trainer_utils`` gives each name from the module holding it: every name ``dir()`` lists resolves,
+    to the object of its home (the enums, result tuples, seeding and checkpoint names live in trainwell.utils)."""
+    import trainwell.trainer_utils as module
+
+    for name in dir(module):
+        getattr(module, name)  # an AttributeError names a table entry whose home lacks it
+    assert {"set_seed", "seed_worker", "enable_full_determinism", "PREFIX_CHECKPOINT_DIR", "is_checkpoint_name",
+            "TrainOutput", "EvalPrediction", "EvalLoopOutput", "PredictionOutput", "BestRun", "IntervalStrategy",
+            "EvaluationStrategy", "ExplicitEnum", "ShardedDDPOption", "get_last_checkpoint"} <= set(dir(module))
+    assert module.set_seed.__module__ == "trainwell.utils.seeding"
+    assert module.TrainOutput.__module__ == "trainwell.utils.outputs"
+    assert module.IntervalStrategy.__module__ == "trainwell.utils.option_enums"
+    with pytest.raises(AttributeError):
+        module.no_such_name

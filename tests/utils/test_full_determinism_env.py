@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from trainwell.utils.trainer_utils import enable_full_determinism
+from trainwell.utils.seeding import enable_full_determinism
 
 NAMES = ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC",
          "FLASH_ATTENTION_DETERMINISTIC")

@@ -18,7 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Callable
 
-from ..utils.trainer_utils import (
+from ..utils.option_enums import (
     FSDPOption,
     HubStrategy,
     IntervalStrategy,

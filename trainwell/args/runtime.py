@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..utils.logging_utils import passive_level
-from ..utils.trainer_utils import ParallelMode
+from ..utils.option_enums import ParallelMode
 from .validate import trainer_log_levels
 
 if TYPE_CHECKING:  # pragma: no cover

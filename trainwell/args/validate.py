@@ -18,8 +18,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from ..utils.preflight import coerce_field_types
-from ..utils.trainer_utils import (
+from ..utils.option_enums import (
     ExplicitEnum,
     FSDPOption,
     HubStrategy,
@@ -29,6 +28,7 @@ from ..utils.trainer_utils import (
     SchedulerType,
     ShardedDDPOption,
 )
+from ..utils.preflight import coerce_field_types
 from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .state import ExportableState
-from ..utils.trainer_utils import IntervalStrategy
+from ..utils.option_enums import IntervalStrategy
 from .base import TrainerCallback
 
 if TYPE_CHECKING:

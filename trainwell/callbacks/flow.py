@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..utils.trainer_utils import IntervalStrategy, SaveStrategy
+from ..utils.option_enums import IntervalStrategy, SaveStrategy
 from .base import TrainerCallback
 
 if TYPE_CHECKING:

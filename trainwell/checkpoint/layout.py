@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR, is_checkpoint_name
+from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR, is_checkpoint_name
 from .digest import FileDigest, default_algorithm, hash_file
 
 logger = logging.getLogger(__name__)

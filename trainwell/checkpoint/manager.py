@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR
+from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from . import layout
 from .layout import CheckpointError
 

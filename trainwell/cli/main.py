@@ -356,7 +356,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     """
     from .. import Trainer
     from ..callbacks.logfile import LogFileCallback
-    from ..utils.trainer_utils import set_seed
+    from ..utils.seeding import set_seed
 
     use_recipe_threads(recipe)
     set_seed(args.seed)  # before building, so the model's initial weights follow --seed

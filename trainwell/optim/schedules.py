@@ -25,7 +25,7 @@ import warnings
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..utils.trainer_utils import SchedulerType
+from ..utils.option_enums import SchedulerType
 
 if TYPE_CHECKING:  # torch is imported lazily so that ``import trainwell`` stays fast
     from torch.optim import Optimizer

@@ -244,7 +244,7 @@ def _apply_one(args: Any, name: str, value: Any, source: str, problems: list[str
 
 
 def _apply_fsdp(args: Any, options: list[str], source: str, problems: list[str]) -> bool:
-    from ..utils.trainer_utils import FSDPOption
+    from ..utils.option_enums import FSDPOption
 
     if getattr(args, "deepspeed", None):
         problems.append(f"TrainingArguments.deepspeed is set but the launch asks for FSDP ({source}); keep one")

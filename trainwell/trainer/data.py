@@ -19,7 +19,7 @@ from ..data.loader import build_dataloader, has_length
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..utils.preflight import check_dataset
-from ..utils.trainer_utils import seed_worker
+from ..utils.seeding import seed_worker
 
 if TYPE_CHECKING:  # trainer.py imports this module: the Trainer is named for the type checker only
     from .trainer import Trainer

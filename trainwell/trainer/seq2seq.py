@@ -15,7 +15,7 @@ from ..data.samplers import LengthGroupedSampler, infer_lengths
 from ..loops.eval_loop import _float32_outputs
 from ..utils.model_utils import unwrap_model
 from .trainer import Trainer
-from ..utils.trainer_utils import PredictionOutput
+from ..utils.outputs import PredictionOutput
 
 PAD_INDEX = -100
 # GenerationConfig's max_length when neither the model's config nor the call sets one

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from torch import nn
 
+from ..utils.option_enums import SaveStrategy
 from ..utils.preflight import check_dataset, check_output_dir
-from ..utils.trainer_utils import SaveStrategy
 
 logger = logging.getLogger("trainwell.trainer")
 

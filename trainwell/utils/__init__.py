@@ -1,2 +1,3 @@
-"""Small helpers with one job each, imported by every layer above: enums and outputs (trainer_utils.py), model
-introspection, losses, override detection, preflight checks, logging, lazy exports, metric formatting, trackers."""
+"""Small helpers with one job each, imported by every layer above: the option enums, result tuples, seeding and
+checkpoint folder names (option_enums.py, outputs.py, seeding.py, checkpoint_names.py), model introspection, losses,
+override detection, preflight checks, logging, lazy exports, metric formatting, trackers."""

@@ -1,19 +1,11 @@
-"""Small shared types of the public API: strategy enums, result tuples, seeding and checkpoint names.
-
-Kept free of heavy imports (numpy/torch are imported inside the functions that need them) so that
-``import trainwell`` stays fast.
-"""
+"""The string enums naming the values of the training options (``eval_strategy``, ``save_strategy``,
+``lr_scheduler_type``, ``optim``, ``fsdp``, ...), each an :class:`ExplicitEnum` whose lookup error lists the valid
+values."""
 
 from __future__ import annotations
 
-import os
-import random
-import re
 from enum import Enum
-from typing import Any, NamedTuple
-
-PREFIX_CHECKPOINT_DIR = "checkpoint"
-_re_checkpoint = re.compile(r"^" + PREFIX_CHECKPOINT_DIR + r"\-(\d+)$")
+from typing import Any
 
 
 class ExplicitEnum(str, Enum):
@@ -153,103 +145,3 @@ class ShardedDDPOption(ExplicitEnum):
     ZERO_DP_3 = "zero_dp_3"
     OFFLOAD = "offload"
     AUTO_WRAP = "auto_wrap"
-
-
-class TrainOutput(NamedTuple):
-    """What ``Trainer.train`` returns."""
-
-    global_step: int
-    training_loss: float
-    metrics: dict[str, float]
-
-
-class EvalPrediction:
-    """What ``compute_metrics`` receives: predictions, label ids and (optionally) the inputs.
-
-    Unpacks like a tuple: ``preds, labels = eval_pred`` (or three values when inputs are included).
-    """
-
-    def __init__(self, predictions: Any, label_ids: Any, inputs: Any = None, losses: Any = None) -> None:
-        self.predictions = predictions
-        self.label_ids = label_ids
-        self.inputs = inputs
-        self.losses = losses
-        self._items = (predictions, label_ids) + ((inputs,) if inputs is not None else ())
-
-    def __iter__(self):
-        return iter(self._items)
-
-    def __getitem__(self, idx: int) -> Any:
-        return self._items[idx]
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-class EvalLoopOutput(NamedTuple):
-    """What ``Trainer.evaluation_loop`` returns."""
-
-    predictions: Any
-    label_ids: Any
-    metrics: dict[str, float] | None
-    num_samples: int | None
-
-
-class PredictionOutput(NamedTuple):
-    """What ``Trainer.predict`` returns."""
-
-    predictions: Any
-    label_ids: Any
-    metrics: dict[str, float] | None
-
-
-class BestRun(NamedTuple):
-    """The best trial of a hyper-parameter search."""
-
-    run_id: str
-    objective: float | list[float]
-    hyperparameters: dict[str, Any]
-    run_summary: Any = None
-
-
-def set_seed(seed: int, deterministic: bool = False) -> None:
-    """Seed python, numpy and torch (CPU and every CUDA device); optionally turn on deterministic algorithms."""
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-    if deterministic:
-        enable_full_determinism(seed, warn_only=True)
-
-
-def enable_full_determinism(seed: int, warn_only: bool = False) -> None:
-    """Seed everything and ask torch for deterministic kernels (slower; for debugging distributed runs)."""
-    import torch
-
-    set_seed(seed)
-    os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":16:8"
-    # as upstream's enable_full_determinism (transformers/trainer_utils.py): Ascend NPUs' deterministic mode and
-    # flash-attention's deterministic backward (read by the flash_attn kernels transformers calls)
-    os.environ["ASCEND_LAUNCH_BLOCKING"] = "1"
-    os.environ["HCCL_DETERMINISTIC"] = "1"
-    os.environ["FLASH_ATTENTION_DETERMINISTIC"] = "1"
-    torch.use_deterministic_algorithms(True, warn_only=warn_only)
-    torch.backends.cudnn.deterministic = True
-    torch.backends.cudnn.benchmark = False
-
-
-def seed_worker(worker_id: int, num_workers: int = 0, rank: int = 0) -> None:
-    """DataLoader ``worker_init_fn`` of the training loader (upstream's): seed python, numpy and torch in the worker
-    with ``num_workers * rank`` plus torch's per-worker seed, so that the ranks' workers draw different numbers."""
-    import torch
-
-    set_seed(num_workers * rank + torch.initial_seed() % 2**32)
-
-
-def is_checkpoint_name(name: str) -> int | None:
-    """The step of a ``checkpoint-<step>`` folder name, or None for any other name."""
-    match = _re_checkpoint.match(name)
-    return int(match.group(1)) if match else None
