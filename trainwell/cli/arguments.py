@@ -11,8 +11,9 @@ class CLIError(Exception):
     """A usage error: printed as one ``trainwell: error:`` message, exit status 2."""
 
 
-class ArgParser(argparse.ArgumentParser):
-    """``error()`` raises ``argparse.ArgumentError`` carrying the message and the usage hint."""
+class RaisingArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose ``error()`` raises ``argparse.ArgumentError`` (the message and the usage
+    hint) instead of printing the usage and exiting."""
 
     def error(self, message: str) -> NoReturn:
         raise argparse.ArgumentError(None, f"{message} (see '{self.prog} --help')")

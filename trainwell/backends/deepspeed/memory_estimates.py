@@ -121,10 +121,10 @@ def format_memory_table(rows: Sequence[MemoryEstimate], params: int, gpus: int, 
 
 def cmd_estimate_memory(argv: Sequence[str] | None = None) -> int:
     """``trainwell estimate-memory --params N [--gpus G --nodes K --largest-layer-params L]``."""
-    from ...cli.arguments import ArgParser, positive_float, positive_int
+    from ...cli.arguments import RaisingArgumentParser, positive_float, positive_int
 
-    parser = ArgParser(prog="trainwell estimate-memory",
-                                     description="ZeRO-2/3 memory needs for parameters, gradients, optimizer states.")
+    parser = RaisingArgumentParser(prog="trainwell estimate-memory",
+                                   description="ZeRO-2/3 memory needs for parameters, gradients, optimizer states.")
     parser.add_argument("--params", type=positive_float, required=True, help="number of parameters, e.g. 3e9")
     parser.add_argument("--gpus", type=positive_int, default=1, help="GPUs per node")
     parser.add_argument("--nodes", type=positive_int, default=1, help="number of nodes")

@@ -118,10 +118,10 @@ def _untie(state: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
 # -- command line --------------------------------------------------------------------------------------------------
 def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
     """``trainwell zero-to-fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag global_stepN]``."""
-    from ...cli.arguments import ArgParser
+    from ...cli.arguments import RaisingArgumentParser
 
-    parser = ArgParser(prog="trainwell zero-to-fp32",
-                                     description="Consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file.")
+    parser = RaisingArgumentParser(prog="trainwell zero-to-fp32",
+                                   description="Consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file.")
     parser.add_argument("checkpoint_dir", help="a checkpoint-<step> folder (with 'latest' and global_step*/)")
     parser.add_argument("output_file", help="where to write the weights (.safetensors, or a torch.save file)")
     parser.add_argument("--tag", default=None, help="the global_step folder to read (default: the one in 'latest')")

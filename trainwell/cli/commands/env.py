@@ -12,7 +12,7 @@ import platform
 import sys
 from importlib import metadata
 
-from ..arguments import ArgParser
+from ..arguments import RaisingArgumentParser
 
 OPTIONAL_PACKAGES = ("deepspeed", "transformers", "accelerate", "datasets", "safetensors", "numpy", "tqdm",
                      "tensorboard", "mlflow", "wandb", "optuna", "matplotlib")
@@ -75,7 +75,8 @@ def format_environment(rows: list[tuple[str, str]]) -> str:
 
 def run(argv: list[str]) -> int:
     """``trainwell env``."""
-    parser = ArgParser(prog="trainwell env", description="Print the versions and devices, for a bug report.")
+    parser = RaisingArgumentParser(prog="trainwell env",
+                                   description="Print the versions and devices, for a bug report.")
     parser.parse_args(argv)
     print(format_environment(environment_rows()))
     return 0

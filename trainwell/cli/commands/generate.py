@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..arguments import ArgParser, CLIError, positive_int
+from ..arguments import CLIError, RaisingArgumentParser, positive_int
 
 from ..recipes import MODEL_CONFIG_NAME as CONFIG_NAME
 from ..recipes import MODEL_TYPE
@@ -52,8 +52,8 @@ def load_charlm(folder: str | Path):  # -> (CharTransformerLM, CharVocab)
 
 def run(argv: list[str]) -> int:
     """``trainwell generate OUTPUT_DIR PROMPT [--length N --temperature T --seed S]``."""
-    parser = ArgParser(prog="trainwell generate",
-                       description="Continue a prompt with the model of a built-in-recipe run.")
+    parser = RaisingArgumentParser(prog="trainwell generate",
+                                   description="Continue a prompt with the model of a built-in-recipe run.")
     parser.add_argument("output_dir", help="the output_dir of a 'trainwell train' run (or one of its checkpoints)")
     parser.add_argument("prompt", nargs="?", default="Return the ", help="the text to continue")
     parser.add_argument("--length", type=positive_int, default=200, help="characters to generate (default 200)")

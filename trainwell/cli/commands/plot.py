@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..arguments import ArgParser, CLIError
+from ..arguments import CLIError, RaisingArgumentParser
 
 PLOT_FILE_NAME = "training_curves.png"
 _SKIPPED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_model_preparation_time",
@@ -120,8 +120,9 @@ def plot_run(folder: str | Path, out: str | Path | None = None) -> Path:
 
 def run(argv: list[str]) -> int:
     """``trainwell plot OUTPUT_DIR [--out FILE.png]``."""
-    parser = ArgParser(prog="trainwell plot",
-                       description="Draw the loss, learning rate, gradient norm and eval metrics of a run as a PNG.")
+    parser = RaisingArgumentParser(
+        prog="trainwell plot",
+        description="Draw the loss, learning rate, gradient norm and eval metrics of a run as a PNG.")
     parser.add_argument("output_dir", help="the run's output_dir (or one checkpoint-<step> folder)")
     parser.add_argument("--out", default=None, help=f"the PNG to write (default: OUTPUT_DIR/{PLOT_FILE_NAME})")
     ns = parser.parse_args(argv)
