@@ -342,7 +342,7 @@ class DeepSpeedBackend:
                            "are restored, the optimizer and scheduler start fresh", folder)
             return
         from ...runtime.distributed import get_world_size
-        from ..elastic import deepspeed_shards
+        from ..optimizer_state_forms import deepspeed_shards
 
         saved_world = len(deepspeed_shards(Path(folder)))
         if self.ds_config.zero_stage >= 1 and saved_world and _resized(Path(folder), get_world_size()):
@@ -362,7 +362,7 @@ def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int, world_siz
     converts it), every one of its ranks' shards. A checkpoint saved with ``save_only_model=True`` (no ``latest``)
     passes."""
     from ...checkpoint.layout import CheckpointError
-    from ..elastic import deepspeed_shards
+    from ..optimizer_state_forms import deepspeed_shards
 
     latest = folder / "latest"
     if not latest.is_file():

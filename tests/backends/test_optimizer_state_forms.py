@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainwell.backends.elastic import (SavedOptimizer, check_resumable, load_dcp_unsharded, saved_optimizer,
-                                       shard_optimizer_state)
+from trainwell.backends.optimizer_state_forms import (SavedOptimizer, check_resumable, load_dcp_unsharded,
+                                                     saved_optimizer, shard_optimizer_state)
 from trainwell.checkpoint.layout import CheckpointError
 from trainwell.checkpoint.rng import rng_file_to_restore
 
