@@ -1,5 +1,5 @@
-"""Elastic resume, the parts that need no second process: which RNG file each rank of a resized job restores, what a
-checkpoint's optimizer state is and who may read it, and FSDP's DCP state read into whole tensors.
+"""The forms of a checkpoint's optimizer state, the parts that need no second process: what a checkpoint's optimizer
+state is and who may read it, FSDP's DCP state read into whole tensors, a one-process state cut into shards.
 
 The resized jobs themselves (FSDP2 and ZeRO-2/3, 2 -> 1 and 1 -> 2) are ``tests/distributed/test_elastic_resume.py``.
 """
@@ -15,7 +15,6 @@ from torch import nn
 from trainwell.backends.optimizer_state_forms import (SavedOptimizer, check_resumable, load_dcp_unsharded,
                                                      saved_optimizer, shard_optimizer_state)
 from trainwell.checkpoint.layout import CheckpointError
-from trainwell.checkpoint.rng import rng_file_to_restore
 
 
 def _touch(folder: Path, *names: str) -> Path:
@@ -23,21 +22,6 @@ def _touch(folder: Path, *names: str) -> Path:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(b"x")
     return folder
-
-
-@pytest.mark.parametrize(("saved", "rank", "world", "want", "resized"), [
-    (["rng_state_0.pth", "rng_state_1.pth"], 0, 1, "rng_state_0.pth", True),  # 2 -> 1: rank 0's stream
-    (["rng_state_0.pth", "rng_state_1.pth"], 1, 2, "rng_state_1.pth", False),  # same size: its own
-    (["rng_state.pth"], 1, 2, "rng_state.pth", True),  # 1 -> 2: rank 1 continues rank 0's (1 mod 1)
-    (["rng_state_0.pth", "rng_state_1.pth"], 3, 4, "rng_state_1.pth", True),  # 2 -> 4: rank 3 takes 3 mod 2
-    (["rng_state_0.pth", "rng_state_1.pth", "rng_state_2.pth", "rng_state_3.pth"], 1, 2, "rng_state_1.pth", False),
-    (["rng_state_0.pth"], 1, 2, None, False),  # same size, its own file missing: not another rank's
-    ([], 0, 1, None, False),  # save_only_model: no RNG files
-])
-def test_each_rank_of_a_resized_job_restores_a_defined_stream(tmp_path, saved, rank, world, want, resized):
-    path, other = rng_file_to_restore(_touch(tmp_path, *saved), rank, world)
-    assert (path.name if path is not None else None) == want
-    assert other is resized
 
 
 def _deepspeed_folder(folder: Path, ranks: int) -> Path:

@@ -1,5 +1,6 @@
-"""Elastic resume: a checkpoint resumed on another number of processes, or by a backend that keeps its optimizer state
-in another form.
+"""The forms of a checkpoint's optimizer state: which one a checkpoint holds, whether this run can resume it, and
+reading one form as another, so that a checkpoint resumes on another number of processes (elastic resume) or by a
+backend that keeps its optimizer state in another form.
 
 A checkpoint holds the optimizer state in one of three forms:
 
