@@ -108,6 +108,13 @@ def test_backends_never_import_the_loops_or_the_trainer():
         assert not _imports(path) & {"loops", "trainer"}, path.name
 
 
+def test_checkpoint_never_imports_the_optimizers():
+    """The checkpoint folder reads and writes optimizer states as torch gives them; how trainwell builds optimizers
+    (``trainwell/optim/``) is nothing it depends on."""
+    for path in (PACKAGE / "checkpoint").rglob("*.py"):
+        assert "optim" not in _imports(path), path.relative_to(PACKAGE.parent)
+
+
 @pytest.mark.slow
 def test_import_is_light():
     code = ("import sys, time; t=time.perf_counter(); import trainwell; "

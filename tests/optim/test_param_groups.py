@@ -20,9 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
-from trainwell.checkpoint.layout import COMPLETE_MARKER
-from trainwell.optim.legacy_groups import restore_dropped_groups, restore_dropped_scheduler_entries
-from trainwell.optim.schedules import get_scheduler
+from trainwell.checkpoint.layout import COMPLETE_MARKER, CheckpointError
 
 
 def _args(tmp_path: Any, **kwargs: Any) -> trainwell.TrainingArguments:
@@ -255,55 +253,24 @@ def test_get_decay_parameter_names_override_decides_the_split(tmp_path):
     assert _sizes(trainer.create_optimizer().param_groups) == [2, 0]
 
 
-# ------------------------------------------------------------------------------------------ older trainwell checkpoints
-def _legacy_one_group(folder: Any) -> None:
-    """Rewrite ``folder``'s optimizer.pt and scheduler.pt as earlier trainwell releases wrote them for a LoRA-like
-    model (the empty no-decay group dropped); without the marker the folder resumes as a foreign checkpoint."""
+# ------------------------------------------------------------------------------- a checkpoint without the empty group
+def _drop_the_empty_group(folder: Any) -> None:
+    """Rewrite ``folder``'s optimizer.pt of a LoRA-like model without its empty no-decay group (``[2]`` for ``[2, 0]``);
+    without the marker the folder resumes as a foreign checkpoint."""
     optimizer = torch.load(folder / "optimizer.pt", weights_only=True)
     assert _sizes(optimizer["param_groups"]) == [2, 0]
     optimizer["param_groups"] = optimizer["param_groups"][:1]
     torch.save(optimizer, folder / "optimizer.pt")
-    schedule = torch.load(folder / "scheduler.pt", weights_only=True)
-    for key in ("base_lrs", "_last_lr", "lr_lambdas"):
-        schedule[key] = schedule[key][:1]
-    torch.save(schedule, folder / "scheduler.pt")
     (folder / COMPLETE_MARKER).unlink()
 
 
-def test_a_checkpoint_of_an_earlier_trainwell_without_the_empty_group_resumes_exactly(tmp_path):
-    def run(out: Any, resume: Any = None) -> tuple[trainwell.Trainer, LoraLike]:
-        model = LoraLike()
-        args = _args(out, max_steps=6, save_steps=3, per_device_train_batch_size=4, weight_decay=0.1,
-                     learning_rate=0.05, warmup_steps=2, seed=3)
-        trainer = trainwell.Trainer(model=model, args=args, train_dataset=regression_data(24))
-        trainer.train(resume_from_checkpoint=resume)
-        return trainer, model
+def test_a_checkpoint_without_the_empty_group_is_refused_with_the_group_sizes(tmp_path):
+    def trainer(out: Any) -> trainwell.Trainer:
+        args = _args(out, max_steps=6, save_steps=3, per_device_train_batch_size=4, weight_decay=0.1)
+        return trainwell.Trainer(model=LoraLike(), args=args, train_dataset=regression_data(24))
 
-    _, full = run(tmp_path / "full")
-    shutil.copytree(tmp_path / "full" / "checkpoint-3", tmp_path / "legacy" / "checkpoint-3")
-    _legacy_one_group(tmp_path / "legacy" / "checkpoint-3")
-    trainer, resumed = run(tmp_path / "legacy", resume=str(tmp_path / "legacy" / "checkpoint-3"))
-    assert trainer.state.global_step == 6
-    assert _sizes(trainer.optimizer.param_groups) == [2, 0]
-    for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
-        assert torch.equal(a, b), name
-    assert trainer.lr_scheduler.get_last_lr() == pytest.approx([0.0, 0.0])
-
-
-def test_restore_dropped_groups_only_fills_the_empty_positions():
-    model = LoraLike()
-    optimizer = torch.optim.AdamW([{"params": [model.lora_a.weight, model.lora_b.weight], "weight_decay": 0.1},
-                                   {"params": [], "weight_decay": 0.0}], lr=0.1)
-    scheduler = get_scheduler("linear", optimizer, num_warmup_steps=0, num_training_steps=4)
-    state = optimizer.state_dict()
-    legacy = {**state, "param_groups": state["param_groups"][:1]}
-    restored = restore_dropped_groups(legacy, optimizer)
-    assert restored["param_groups"] == state["param_groups"]
-    assert restore_dropped_groups(state, optimizer) is state  # already upstream's layout
-    other = {**state, "param_groups": [{**state["param_groups"][0], "params": [0]}]}
-    assert restore_dropped_groups(other, optimizer) is other  # another model: the size check reports it
-    schedule = scheduler.state_dict()
-    legacy_schedule = {**schedule, "base_lrs": [0.1], "_last_lr": [0.1], "lr_lambdas": [None]}
-    assert restore_dropped_scheduler_entries(legacy_schedule, scheduler) == {
-        **schedule, "base_lrs": [0.1, 0.1], "_last_lr": [0.1, 0.1], "lr_lambdas": [None, None]}
-    assert restore_dropped_scheduler_entries(schedule, scheduler) is schedule
+    trainer(tmp_path / "full").train()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", tmp_path / "other" / "checkpoint-3")
+    _drop_the_empty_group(tmp_path / "other" / "checkpoint-3")
+    with pytest.raises(CheckpointError, match=re.escape("sizes [2] in the checkpoint but [2, 0] now")):
+        trainer(tmp_path / "other").train(resume_from_checkpoint=str(tmp_path / "other" / "checkpoint-3"))

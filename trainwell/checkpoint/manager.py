@@ -117,15 +117,11 @@ def _torch_read(path: Path, what: str, trusted: bool = False) -> Any:
 
 
 def _check_optimizer_state(path: Path, saved: Any, optimizer: Any) -> Any:
-    """``saved`` as ``optimizer`` loads it (an earlier trainwell's dropped empty groups put back:
-    :mod:`trainwell.optim.legacy_groups`); raises before anything is applied when it cannot fit ``optimizer``."""
+    """``saved``, checked to fit ``optimizer`` (its parameter groups, their number and sizes); raises before anything
+    is applied when it does not."""
     groups = saved.get("param_groups") if isinstance(saved, dict) else None
     if groups is None:
         raise CheckpointError(f"{path}: not an optimizer state dict (no 'param_groups')")
-    from ..optim.legacy_groups import restore_dropped_groups
-
-    saved = restore_dropped_groups(saved, optimizer)
-    groups = saved["param_groups"]
     current = optimizer.state_dict()["param_groups"]
     saved_sizes = [len(g["params"]) for g in groups]
     current_sizes = [len(g["params"]) for g in current]
@@ -374,10 +370,7 @@ class CheckpointManager:
             logger.warning("%s has no %s (saved with save_only_model=True?); the optimizer starts fresh",
                            folder, layout.OPTIMIZER_NAME)
         if c.scheduler is not None and (folder / layout.SCHEDULER_NAME).is_file():
-            from ..optim.legacy_groups import restore_dropped_scheduler_entries
-
-            saved = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
-            staged["scheduler"] = restore_dropped_scheduler_entries(saved, c.scheduler)
+            staged["scheduler"] = _torch_read(folder / layout.SCHEDULER_NAME, "scheduler", self.trust_pickles)
         for name in c.extra:
             path = folder / f"{name}.pt"
             if path.is_file():
