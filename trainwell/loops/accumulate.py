@@ -124,18 +124,20 @@ class _SlabStore:
         self._used = 0
         self._stored = 0
 
-    def _new_slab(self, nbytes: int) -> None:
+    def _new_slab(self, nbytes: int) -> np.ndarray:
         import mmap
 
         size = max(nbytes, min(_SLAB_MAX, max(_SLAB_MIN, self._stored // 8)))
         size = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
         self._slab, self._used = np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8), 0
+        return self._slab
 
     def _reserve(self, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if self._slab is None or self._used + nbytes > self._slab.nbytes:
-            self._new_slab(nbytes)
-        view = self._slab[self._used:self._used + nbytes].view(dtype).reshape(shape)
+        slab = self._slab
+        if slab is None or self._used + nbytes > slab.nbytes:
+            slab = self._new_slab(nbytes)
+        view = slab[self._used:self._used + nbytes].view(dtype).reshape(shape)
         self._used += -(-nbytes // 64) * 64  # keep every piece 64-byte aligned
         self._stored += nbytes
         return view

@@ -135,9 +135,10 @@ def gather_across_ranks(nested: Any, pad_index: int = PAD_INDEX) -> Any:
     return _unflatten(spec, merged)
 
 
-def keep_rows(nested: Any, batch_size: int | None, rows: int) -> Any:
-    """The first ``rows`` rows of every leaf whose first dimension is the batch (``batch_size``)."""
-    if nested is None or batch_size is None or rows >= batch_size:
+def keep_rows(nested: Any, batch_size: int | None, rows: int | None) -> Any:
+    """The first ``rows`` rows of every leaf whose first dimension is the batch (``batch_size``); ``rows`` is None
+    only when ``batch_size`` is (the rows cannot be told: the leaves are kept whole)."""
+    if nested is None or batch_size is None or rows is None or rows >= batch_size:
         return nested
     return nested_map(lambda x: x[:rows] if getattr(x, "ndim", 0) > 0 and x.shape[0] == batch_size else x, nested)
 

@@ -117,7 +117,7 @@ def _loss_of(model: nn.Module, inputs: Mapping[str, Any], **extra: Any) -> float
 def _halves(inputs: Mapping[str, Any], rows: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The first and second half of a batch's rows (tensors of ``rows`` rows are split; anything else is shared)."""
     cut = rows // 2
-    split = [{}, {}]
+    split: list[dict[str, Any]] = [{}, {}]
     for key, value in inputs.items():
         sliced = isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == rows
         split[0][key] = value[:cut] if sliced else value
@@ -262,15 +262,15 @@ def _by_share(counts: list[float]) -> list[float]:
     return [total / c if c > 0 else float(len(counts)) for c in counts]
 
 
-def loss_divisors(group: list[Any]) -> list[int | float]:
+def loss_divisors(group: Sequence[Any]) -> list[int | float]:
     """What each micro-batch's mean loss is divided by when only rows can be counted, so that the window adds up to
     the mean loss of one big batch of all its examples: the number of micro-batches when they hold as many rows each
     (upstream's divisor), else the window's rows over the micro-batch's own rows."""
     n = len(group)
     if n == 1:
         return [1]
-    rows = [rows_of(batch) for batch in group]
-    if None in rows or min(rows) == max(rows) or min(rows) <= 0:
+    rows = [rows for rows in map(rows_of, group) if rows is not None]
+    if len(rows) < n or min(rows) == max(rows) or min(rows) <= 0:  # fewer: a micro-batch whose rows are untold
         return [n] * n
     return _by_share([float(r) for r in rows])
 
