@@ -31,9 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 MAX_EXTRA_BYTECODES = 0.02
 # Measured: 36 trainwell modules (49 before the loops, optimizer, schedules, collators and checkpoint files were loaded
 # where used; 66 before the integrations, checkpoint I/O and samplers were); 39 with TrainingArguments' two bases
-# (args/validate.py, args/runtime.py, split out of args/fields.py) and the one table of trackers (utils/tracker_table.py);
-# 42 with utils/trainer_utils.py split into the modules named for what it held (option_enums, outputs, seeding,
-# checkpoint_names: under a millisecond more by -X importtime).
+# (args/validate.py, args/runtime.py, split out of args/fields.py) and the one table of trackers
+# (utils/tracker_table.py); 42 with utils/trainer_utils.py split into the modules named for what it held
+# (option_enums, outputs, seeding, checkpoint_names: under a millisecond more by -X importtime).
 MAX_TRAINER_IMPORT_MODULES = 43
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O and files, samplers,
 # collators, the training loop and its loss scaling, the optimizer and schedules, the backends, the opt-in callbacks.
