@@ -211,7 +211,7 @@ def _save_config(model: Any, folder: Path) -> None:
 
 
 def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tensor]", folder: str | os.PathLike,
-                       *, safe_serialization: bool = True, max_shard_size: int | str = "5GB",
+                       *, safe_serialization: bool | None = True, max_shard_size: int | str = "5GB",
                        metadata: dict[str, str] | None = None,
                        state_dict: "Mapping[str, torch.Tensor] | Any | None" = None) -> list[Path]:
     """Write a model's weights into ``folder``; returns the files written.
@@ -220,7 +220,7 @@ def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tens
     ``model.state_dict()`` (for sharded backends that gathered the full weights themselves). A model with
     ``save_pretrained`` (a ``transformers``/``peft`` model) saves itself, config included, through
     ``save_pretrained(folder, state_dict=..., safe_serialization=...)``. Otherwise the weights go to
-    ``model.safetensors`` (or ``pytorch_model.bin`` when ``safe_serialization=False``), split into
+    ``model.safetensors`` (or ``pytorch_model.bin`` when ``safe_serialization`` is False or None), split into
     ``model-0000k-of-0000n.safetensors`` + index once they exceed ``max_shard_size`` ("5GB", "500MB", bytes).
     Weight files of an earlier save in ``folder`` that this save did not write are removed.
 
@@ -247,7 +247,7 @@ def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tens
         return sorted(p for p in folder.iterdir() if p.is_file())
     if state_dict is None:
         state_dict = model_or_state_dict if isinstance(model_or_state_dict, Mapping) else model_or_state_dict.state_dict()
-    return _save_state_dict(state_dict, folder, safe=safe_serialization, max_bytes=max_bytes, metadata=metadata)
+    return _save_state_dict(state_dict, folder, safe=bool(safe_serialization), max_bytes=max_bytes, metadata=metadata)
 
 
 # ---------------------------------------------------------------------------------------------- loading

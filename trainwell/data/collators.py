@@ -610,7 +610,10 @@ class DataCollatorForLanguageModeling:
         masked = torch.bernoulli(probs, generator=gen).bool()
         labels[~masked] = IGNORE_INDEX
         replaced = torch.bernoulli(torch.full(labels.shape, self.mask_replace_prob), generator=gen).bool() & masked
-        inputs[replaced] = _mask_token_id(self.tokenizer)
+        mask_token_id = _mask_token_id(self.tokenizer)
+        if mask_token_id is None:  # only with mlm=False (__post_init__ refuses it with mlm): torch refuses None too
+            raise ValueError("This tokenizer does not have a mask token, which masking tokens needs.")
+        inputs[replaced] = mask_token_id
         if self.mask_replace_prob == 1 or self.random_replace_prob == 0:
             return inputs, labels
         # of the chosen tokens not masked, the share that gets a random word

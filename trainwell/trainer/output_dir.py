@@ -31,6 +31,15 @@ class OutputDirInUseError(ValueError):
     """A fresh run would write its checkpoints into a folder that holds another run's."""
 
 
+def require_output_dir(output_dir: str | None) -> str:
+    """``args.output_dir`` as the str it is once the arguments are built: the field's type takes None, which
+    ``TrainingArguments.__post_init__`` replaces with ``"trainer_output"``. None set afterwards raises the TypeError
+    the path functions it would go to raise."""
+    if output_dir is None:
+        raise TypeError("TrainingArguments.output_dir is None: set it to the folder to write into")
+    return output_dir
+
+
 def _names(folders: list[Path]) -> str:
     shown = [p.name for p in folders[-3:]]
     return ", ".join(shown if len(folders) <= 3 else ["...", *shown])

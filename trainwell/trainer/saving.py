@@ -18,6 +18,7 @@ from torch import nn
 
 from ..backends.base import WeightsNotGathered
 from ..utils.model_utils import unwrap_model
+from .output_dir import require_output_dir
 
 if TYPE_CHECKING:  # imported where used
     from ..checkpoint.manager import CheckpointContents
@@ -125,7 +126,7 @@ def save_model(parts: TrainerCheckpoints, output_dir: str | None = None, _intern
         weights = parts.backend.stream_state_dict(model_save=True) if parts.backend.caps.sharded_state else None
     except WeightsNotGathered as err:  # ZeRO-3 without stage3_gather_16bit_weights_on_model_save
         logger.warning("%s", err)
-        parts.backend.save(Path(output_dir))  # the engine's checkpoint, written by every rank
+        parts.backend.save(Path(require_output_dir(output_dir)))  # the engine's checkpoint, written by every rank
         weights = False
     if not parts.args.should_save:
         if weights:
@@ -133,6 +134,7 @@ def save_model(parts: TrainerCheckpoints, output_dir: str | None = None, _intern
         if parts.args.push_to_hub and not _internal_call:  # every rank joins push_to_hub's save (collectives)
             trainer.push_to_hub(commit_message="Model save", revision=parts.args.hub_revision)
         return
+    output_dir = require_output_dir(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     if weights is not False:
         parts._call_save(Path(output_dir), weights)  # the Trainer's _save (a subclass's override), as upstream

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch import nn
@@ -16,7 +16,7 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     """The user's module inside DataParallel / DDP / torch.compile wrappers."""
     while True:
         if hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = cast(nn.Module, model._orig_mod)  # torch.compile's OptimizedModule
         elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             model = model.module
         else:
@@ -43,7 +43,7 @@ def forward_parameters(model: nn.Module) -> dict[str, inspect.Parameter]:
     return dict(inspect.signature(unwrap_model(model).forward).parameters)
 
 
-def find_labels(model: nn.Module | type) -> list[str]:
+def find_labels(model: nn.Module | type[nn.Module]) -> list[str]:
     """The label arguments of a model's ``forward``, by upstream's rule (``transformers.utils.find_labels``).
 
     Every parameter whose name contains ``"label"``, plus ``start_positions``/``end_positions`` for a
@@ -133,13 +133,14 @@ def enable_gradient_checkpointing(model: nn.Module, kwargs: dict[str, Any] | Non
     if every_n_layers < 1:
         raise ValueError(f"activation_checkpointing_kwargs['every_n_layers']={every_n_layers}: use 1 (every layer) "
                          "or more (every n-th layer)")
+    # transformers' methods, which nn.Module does not declare
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs or None,
-                                              every_n_layers=every_n_layers, offload=offload)
+        getattr(model, "activation_checkpointing_enable")(activation_checkpointing_kwargs=kwargs or None,
+                                                          every_n_layers=every_n_layers, offload=offload)
         return 0
     if hasattr(model, "gradient_checkpointing_enable"):
         extra = {} if every_n_layers == 1 and not offload else {"every_n_layers": every_n_layers, "offload": offload}
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs or None, **extra)
+        getattr(model, "gradient_checkpointing_enable")(gradient_checkpointing_kwargs=kwargs or None, **extra)
         return 0
     kwargs.setdefault("use_reentrant", False)
     if offload:
@@ -150,7 +151,7 @@ def enable_gradient_checkpointing(model: nn.Module, kwargs: dict[str, Any] | Non
             for index, block in enumerate(module):
                 if index % every_n_layers == 0 and not getattr(block, "_trainwell_checkpointed", False):
                     block.forward = functools.partial(_checkpointed_forward, block.forward, kwargs, block)
-                    block._trainwell_checkpointed = True
+                    setattr(block, "_trainwell_checkpointed", True)  # nn.Module types attributes Tensor | Module
                     wrapped += 1
     if wrapped == 0:
         raise ValueError(
@@ -175,7 +176,7 @@ def compile_model(model: nn.Module, args: Any, *, in_engine: bool = False) -> nn
         backend = kwargs.pop("backend")
         model.compile(backend=backend, compile_kwargs=kwargs)
         return model
-    return torch.compile(model, **kwargs)
+    return cast(nn.Module, torch.compile(model, **kwargs))  # an OptimizedModule (typed as a plain callable)
 
 
 def flops_rule(model: Any) -> Callable[[Any], int]:
