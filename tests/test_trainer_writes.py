@@ -19,18 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trainwell"
 UPSTREAM_WRITES = {"control"}  # each event's result, assigned where the event is called (as upstream's loop)
 
 REMAINING: dict[str, set[str]] = {
-    "trainer/run.py": {"state", "model", "model_wrapped", "lr_scheduler", "optimizer", "is_in_train",
-                       "current_flos", "model_accepts_loss_kwargs", "_tw_warned_non_finite", "_tw_plan"},
-    "trainer/checkpoints.py": {"state"},
-    "loops/train_loop.py": {"_tw_loop", "_past"},
-    "loops/step.py": {"current_gradient_accumulation_steps", "current_flos"},
-    "loops/eval_loop.py": {"_past"},
-    "loops/batch_size.py": {"_train_batch_size", "model_wrapped", "optimizer", "lr_scheduler"},
-    "loops/train_hooks.py": {"_tw_train_hook_handles", "_tw_neftune_embeddings", "_tw_empty_cache_callback",
-                             "_tw_debug_overflow"},
-    "hpsearch/__init__.py": {"args", "label_smoother", "_tw_checkpoints"},
-    "hpsearch/trials.py": {"backend", "optimizer", "model_wrapped", "lr_scheduler"},
-    "hpsearch/ray.py": {"model", "model_wrapped", "args"},
+    "loops/run.py": {"state", "model", "model_wrapped", "optimizer", "lr_scheduler", "_train_batch_size", "_tw_run"},
 }
 
 

@@ -76,7 +76,7 @@ def test_neftune_noise_in_training_only_bounded_and_removed(tmp_path) -> None:
     # during training: the noise is there and bounded
     from trainwell.loops import train_hooks
 
-    train_hooks.attach(trainer)
+    hooks = train_hooks.attach(trainer.args, trainer.model, trainer.callback_handler)
     try:
         model.train()
         noisy = model.embed(batch)
@@ -84,7 +84,7 @@ def test_neftune_noise_in_training_only_bounded_and_removed(tmp_path) -> None:
         model.eval()
         torch.testing.assert_close(model.embed(batch), clean)  # evaluation: no noise
     finally:
-        train_hooks.detach(trainer)
+        hooks.detach()
 
 
 def test_neftune_noise_is_upstreams() -> None:

@@ -267,7 +267,7 @@ def test_loop_state_is_what_the_loop_owns_and_upstream_attributes_still_read(tmp
     trainer = ours(tmp_path, callbacks=[ReadsPrivateAttributes()], logging_steps=2)
     assert trainer._globalstep_last_logged == 0 and trainer._total_loss_scalar == 0.0
     result = trainer.train()
-    assert isinstance(trainer._tw_loop, LoopState)
+    assert isinstance(trainer._tw_run.loop, LoopState)
     losses = _losses(trainer.state.log_history)
     assert [step for step, _ in seen[:2]] == [2, 4]
     assert seen[1][1] == pytest.approx(2 * sum(losses), rel=1e-6)  # the logged windows summed

@@ -153,6 +153,9 @@ class FakeTrainer:
         self._past = None
         self.logged: list[dict] = []
 
+    def _set_past(self, value):
+        self._past = value
+
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         return eval_loop.run_evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
 

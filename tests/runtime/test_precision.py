@@ -99,7 +99,7 @@ def _assert_grad_scaler_recipe(trainer: Trainer, model: DtypeProbe) -> None:
     skipped = round(math.log2(65536.0 / scaler.get_scale()))  # no growth in 24 steps (growth_interval=2000)
     norms = [h["grad_norm"] for h in history if "grad_norm" in h]
     assert len(norms) == trainer.state.global_step == 24
-    assert sum(not math.isfinite(n) for n in norms) == skipped == trainer._tw_loop.skipped_steps
+    assert sum(not math.isfinite(n) for n in norms) == skipped == trainer._tw_run.loop.skipped_steps
     assert trainer.lr_scheduler.last_epoch == 24 - skipped  # upstream: the scheduler steps only when the step ran
     assert all(n < 100 for n in norms if math.isfinite(n))  # unscaled before clipping
     losses = [h["loss"] for h in history if "loss" in h]

@@ -152,7 +152,7 @@ def test_trainwells_own_private_attributes_all_start_with_tw(tiny, make_args):
     foreign = sorted(name for name in vars(trainer) if name.startswith("_") and not name.startswith("_tw_")
                      and name not in UPSTREAM_PRIVATE_ATTRIBUTES)
     assert not foreign, f"private Trainer attributes neither upstream's nor _tw_-prefixed: {foreign}"
-    assert {"_tw_checkpoints", "_tw_loop"} <= set(vars(trainer))
+    assert {"_tw_checkpoints", "_tw_run"} <= set(vars(trainer))
 
 
 def test_upstream_checkpoint_names_delegate_to_the_part_and_reach_a_subclass_override(tiny, make_args):

@@ -18,9 +18,8 @@ from enum import Enum
 from typing import Any, Callable
 
 from ..callbacks import TrainerCallback
-from ..utils.losses import LabelSmoother
-from ..utils.trainer_utils import BestRun
-from .trials import FIXED_AT_INIT, fresh_trial_runtime, trial_arguments  # noqa: F401  (importable from here too)
+from ..utils.outputs import BestRun
+from .trials import FIXED_AT_INIT, trial_arguments  # noqa: F401  (importable from here too)
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -36,11 +35,6 @@ class HPSearchBackend(str, Enum):
 
 # Evaluation metrics that measure speed or memory, not quality: left out of the default objective.
 _NON_OBJECTIVE_SUFFIXES = ("_runtime", "_per_second", "_compilation_time", "_delta", "_peaked_delta")
-
-# Trainer attributes a trial replaces and the search puts back at the end.
-_RESTORED = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler", "label_smoother",
-             "_tw_checkpoints", "backend")
-_RESTORED_ON_HANDLER = ("model", "optimizer", "lr_scheduler")
 
 
 def default_hp_space_optuna(trial: Any) -> dict[str, Any]:
@@ -175,11 +169,8 @@ def _run_trial(trainer: Any, trial: Any, base_args: Any, search: dict[str, Any])
         raise TypeError(f"hp_space must return a dict of TrainingArguments overrides, got {type(overrides).__name__}")
     name = search["hp_name"](trial) if search["hp_name"] is not None else f"run-{trial.number}"
     root = overrides.get("output_dir", base_args.output_dir)
-    trainer.args = trial_arguments(base_args, overrides, os.path.join(root, name))
-    fresh_trial_runtime(trainer)  # its own backend and GradScaler, as upstream's new Accelerator per trial
-    trainer._tw_checkpoints = trainer._tw_checkpoints.renewed(trainer.args)  # this trial's own checkpoint folder
-    factor = trainer.args.label_smoothing_factor
-    trainer.label_smoother = LabelSmoother(factor) if factor else None
+    # its own arguments, checkpoint folder and backend (a new GradScaler), as upstream's new Accelerator per trial
+    trainer._adopt_arguments(trial_arguments(base_args, overrides, os.path.join(root, name)))
     callback: HPSearchCallback = search["callback"]
     callback.begin_trial(trial, name, dict(overrides))
     try:
@@ -213,22 +204,6 @@ def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any
     study = {k: v for k, v in kwargs.items() if k in study_keys}
     optimize = {k: v for k, v in kwargs.items() if k in optimize_keys}
     return study, optimize
-
-
-def _snapshot(trainer: Any) -> dict[str, Any]:
-    """The Trainer attributes a trial replaces (and the callback handler's references), to put back afterwards."""
-    saved = {name: getattr(trainer, name) for name in _RESTORED if hasattr(trainer, name)}
-    handler = trainer.callback_handler
-    saved["handler"] = {name: getattr(handler, name) for name in _RESTORED_ON_HANDLER}
-    return saved
-
-
-def _restore(trainer: Any, saved: dict[str, Any]) -> None:
-    """Put back what :func:`_snapshot` saved."""
-    for name, value in saved.pop("handler").items():
-        setattr(trainer.callback_handler, name, value)
-    for name, value in saved.items():
-        setattr(trainer, name, value)
 
 
 def _best_runs(study: Any, n_objectives: int) -> BestRun | list[BestRun]:
@@ -281,14 +256,11 @@ def run_hyperparameter_search(
         study = optuna.create_study(direction=directions[0], **study_kwargs)
     else:
         study = optuna.create_study(directions=directions, **study_kwargs)
-    saved, base_args = _snapshot(trainer), trainer.args
-    trainer.callback_handler.callbacks = [callback, *trainer.callback_handler.callbacks]
-    try:
+    base_args = trainer.args
+    with trainer._tw_search_scope():  # the arguments, model, state... are the Trainer's own again afterwards
+        trainer.callback_handler.callbacks = [callback, *trainer.callback_handler.callbacks]
         study.optimize(lambda trial: _run_trial(trainer, trial, base_args, search), n_trials=n_trials,
                        **optimize_kwargs)
-    finally:
-        trainer.callback_handler.remove_callback(callback)
-        _restore(trainer, saved)
     return _best_runs(study, len(directions))
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..callbacks import TrainerCallback
-from ..utils.trainer_utils import BestRun
-from .trials import fresh_trial_runtime, trial_arguments
+from ..utils.outputs import BestRun
+from .trials import trial_arguments
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -99,8 +99,8 @@ def _trainable(config: dict[str, Any], local_trainer: Any = None, base_args: Any
     trainer = local_trainer
     name = hp_name(config) if hp_name is not None else f"run-{tune.get_context().get_trial_id()}"
     params = {key: value for key, value in config.items() if key != "wandb"}  # (train(trial=config) sets them again)
-    trainer.args = trial_arguments(base_args, params, os.path.join(base_args.output_dir, name))
-    fresh_trial_runtime(trainer)  # its own backend and GradScaler, built from its arguments, as upstream per trial
+    # its own arguments, checkpoint folder and backend (a new GradScaler), as upstream's new Accelerator per trial
+    trainer._adopt_arguments(trial_arguments(base_args, params, os.path.join(base_args.output_dir, name)))
     callback = next(cb for cb in trainer.callback_handler.callbacks if isinstance(cb, RayReportCallback))
     resume_from = None
     checkpoint = tune.get_checkpoint()
@@ -140,14 +140,10 @@ def run_hp_search_ray(trainer: Any, hp_space: Callable[[Any], dict[str, Any]] | 
     base_args = trainer.args
     base_args = _absolute_output_dir(base_args)  # Ray runs each trial in its own working directory
     callback = RayReportCallback(compute_objective)
-    saved_model, saved_wrapped, saved_callbacks = trainer.model, trainer.model_wrapped, trainer.callback_handler.callbacks
-    trainer.model = trainer.model_wrapped = None  # model_init makes each trial's model; the worker needs no copy
-    trainer.callback_handler.callbacks = [callback, *saved_callbacks]
-    try:
+    # model_init makes each trial's model: the Trainer the workers receive has none (then put back, with its callbacks)
+    with trainer._tw_search_scope(without_model=True):
+        trainer.callback_handler.callbacks = [callback, *trainer.callback_handler.callbacks]
         trainable = tune.with_parameters(_trainable, local_trainer=trainer, base_args=base_args, hp_name=hp_name)
-    finally:
-        trainer.model, trainer.model_wrapped = saved_model, saved_wrapped
-        trainer.callback_handler.callbacks = saved_callbacks
     analysis = tune.run(trainable, config=space, num_samples=n_trials, **kwargs)
     scope = os.getenv("RAY_SCOPE") or trainer.args.ray_scope or "last"  # upstream: args.ray_scope
     best = analysis.get_best_trial(metric="objective", mode=direction[:3], scope=scope)

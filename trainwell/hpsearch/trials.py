@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FIXED_AT_INIT", "fresh_trial_runtime", "trial_arguments"]
+__all__ = ["FIXED_AT_INIT", "trial_arguments"]
 
 # Arguments read when the Trainer is built (backend, precision, devices, reporting callbacks): a trial cannot change
 # them, so a search space that sets one is refused rather than silently ignored.
@@ -54,26 +54,3 @@ def trial_arguments(args: Any, overrides: Mapping[str, Any], run_dir: str, *,
     values = {key: _coerce(key, fields[key], value) for key, value in overrides.items()}
     values["output_dir"] = run_dir
     return dataclasses.replace(args, **values)
-
-
-def fresh_trial_runtime(trainer: Any) -> None:
-    """Give the trial that starts a backend of its own, built from its arguments (``trainer.args``, already set).
-
-    Upstream rule: ``Trainer._hp_search_setup`` ends with ``create_accelerator_and_postprocess()``, a new Accelerator
-    (and GradScaler) per trial, after ``accelerator.free_memory()`` for DeepSpeed. So the fp16 loss scale and its
-    growth tracker start afresh, an engine resolves its ``"auto"`` values from this trial's arguments, and nothing
-    keeps the previous trial's model, optimizer or engine (and their device memory) alive.
-    """
-    import gc
-
-    import torch
-
-    from ..backends import build_backend
-
-    trainer.backend = None  # drop the previous trial's engine, wrapped model and scaler before building anew
-    trainer.model_wrapped = trainer.model
-    trainer.optimizer = trainer.lr_scheduler = None
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    trainer.backend = build_backend(trainer.args)

@@ -3,7 +3,7 @@
 Upstream wraps its training loop in accelerate's ``find_executable_batch_size``; this follows its semantics: the
 errors that count as out-of-memory are the same (plus any ``torch.OutOfMemoryError``), the per-device batch size is
 multiplied by 0.9 (rounded down) after each one, and training restarts with a new dataloader. The size in use is
-``trainer._train_batch_size`` (recorded as ``state.train_batch_size`` in ``trainer_state.json``); a resume with
+the Trainer's ``_train_batch_size`` (recorded as ``state.train_batch_size`` in ``trainer_state.json``); a resume with
 ``auto_find_batch_size`` starts from the size saved in the checkpoint.
 """
 
@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..utils.trainer_utils import TrainOutput
+from .run import TrainingRun
 from .train_loop import run_training
 
 if TYPE_CHECKING:
-    from .contract import BatchSizeTrainer
+    from .contract import RunTrainer
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -70,9 +70,10 @@ def saved_batch_size(folder: Path | None) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def train_finding_batch_size(trainer: BatchSizeTrainer, *, resume_from: Path | None, trial: Any,
-                             ignore_keys_for_eval: list[str] | None) -> TrainOutput:
-    """:func:`run_training`, retried with a smaller ``trainer._train_batch_size`` after each out-of-memory error.
+def train_finding_batch_size(trainer: RunTrainer, *, resume_from: Path | None, trial: Any,
+                             ignore_keys_for_eval: list[str] | None) -> TrainingRun:
+    """:func:`run_training` of a new :class:`TrainingRun`, retried with a smaller batch after each out-of-memory
+    error; returns the run that trained to its end.
 
     The optimizer and schedule built for the failed attempt are dropped (rebuilt for the new number of steps);
     ones passed to the Trainer are kept. Optimizer steps taken before the error stay in the weights, as upstream.
@@ -80,14 +81,15 @@ def train_finding_batch_size(trainer: BatchSizeTrainer, *, resume_from: Path | N
     if trainer.backend.caps.fixed_micro_batch_size:
         raise ValueError("auto_find_batch_size is not supported with DeepSpeed (the engine fixes the micro-batch "
                          "size when it is built): set per_device_train_batch_size yourself, or drop `deepspeed`.")
-    saved = saved_batch_size(resume_from)
-    if saved is not None:
-        trainer._train_batch_size = saved
-    given_optimizer, given_scheduler = trainer.optimizer, trainer.lr_scheduler
+    batch_size = saved_batch_size(resume_from)
+    given = trainer.optimizer, trainer.lr_scheduler
+    optimizers = None  # the first attempt starts from the Trainer's own
     while True:
+        run: TrainingRun | None = None
         try:
-            return run_training(trainer, resume_from=resume_from, trial=trial,
-                                ignore_keys_for_eval=ignore_keys_for_eval)
+            run = TrainingRun(trainer, resume_from=resume_from, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
+                              batch_size=batch_size, optimizers=optimizers)
+            return run_training(run)
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
@@ -98,11 +100,12 @@ def train_finding_batch_size(trainer: BatchSizeTrainer, *, resume_from: Path | N
                                    "device; use a smaller model, gradient checkpointing or less memory-hungry "
                                    "options") from error
             del error  # drop the traceback's frames (and the tensors they hold) before freeing memory
+            if run is not None:
+                run.close()
             if trainer.optimizer is not None:
                 trainer.optimizer.zero_grad(set_to_none=True)
-            trainer.optimizer, trainer.lr_scheduler = given_optimizer, given_scheduler
-            trainer.model_wrapped = trainer.model
+            run = None
             release_device_memory()
             logger.warning("auto_find_batch_size: out of memory with a batch size of %d per device; retrying with "
                            "%d", failed, smaller)
-            trainer._train_batch_size = smaller
+            batch_size, optimizers = smaller, given

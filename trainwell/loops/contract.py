@@ -1,7 +1,8 @@
 """The contract between the loop functions and the Trainer: the members of the Trainer the loops use, as types.
 
-The loops (:func:`~trainwell.loops.train_loop.run_training`, :func:`~trainwell.loops.eval_loop.run_evaluation`,
-``auto_find_batch_size``'s retry, the training hooks) are functions of a ``trainer``; these Protocols name exactly
+The loops (the :class:`~trainwell.loops.run.TrainingRun` and :func:`~trainwell.loops.train_loop.run_training`,
+:func:`~trainwell.loops.eval_loop.run_evaluation`, ``auto_find_batch_size``'s retry) take a ``trainer``; these
+Protocols name exactly
 what they read, write and call on it, so the contract is written down once instead of existing only in the code that
 uses it. :class:`trainwell.Trainer` satisfies them structurally (``tests/loops/test_contract.py`` checks every member
 on a constructed Trainer). A member a loop starts to use is added here; a member the Trainer renames fails that test.
@@ -27,12 +28,12 @@ if TYPE_CHECKING:
     from ..callbacks.events import CallbackHandler
     from ..callbacks.state import TrainerControl, TrainerState
     from ..runtime.memory import TrainerMemoryTracker
-    from ..utils.trainer_utils import EvalLoopOutput, TrainOutput
-    from .loop_state import DataPosition, LoopState, TrainPlan
+    from ..utils.outputs import EvalLoopOutput
+    from .loop_state import Resumed, TrainPlan
     from .loss_scaling import WindowScaler
+    from .run import TrainingRun
 
-__all__ = ["BatchSizeTrainer", "EvalLoopTrainer", "LoopTrainer", "PreemptionCheck", "TrainHooksTrainer",
-           "TrainLoopTrainer"]
+__all__ = ["EvalLoopTrainer", "LoopTrainer", "RunCheckpoints", "RunTrainer", "TrainLoopTrainer"]
 
 
 @runtime_checkable
@@ -46,41 +47,31 @@ class _TrainerCore(Protocol):
     model: nn.Module
     backend: Backend
     optimizer: torch.optim.Optimizer | None
-    _past: Any  # the memory of ``past_index`` models, reset by both loops
+
+    def _set_past(self, value: Any) -> None: ...  # the memory of ``past_index`` models (upstream's ``_past``)
 
 
-@runtime_checkable
-class TrainHooksTrainer(Protocol):
-    """What :mod:`trainwell.loops.train_hooks` uses (its own handles it keeps in the trainer's ``__dict__``)."""
+class RunCheckpoints(Protocol):
+    """What a training run asks the Trainer's checkpoint part: the resume, after each optimizer step whether to stop
+    (a SIGTERM/SIGINT: a checkpoint is saved first), and at the end the background save committed."""
 
-    args: TrainingArguments
-    model: nn.Module
-    callback_handler: CallbackHandler
+    preempted: bool
 
-
-class PreemptionCheck(Protocol):
-    """What the training loop asks the Trainer's checkpoint part: after each optimizer step, whether to stop; when a
-    run resumes, the random states the checkpoint kept for the batch its loader held ahead (None: none kept)."""
-
-    resumed_next_batch_rng: dict[str, Any] | None
+    def load(self, folder: Path, plan: TrainPlan) -> Resumed:
+        """Restore everything saved in ``folder``; returns the data position and the loaded TrainerState."""
 
     def stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """On a received SIGTERM/SIGINT: save a checkpoint, ask the loop to stop and return True."""
 
+    def wait(self) -> None:
+        """Wait for an ``async_save`` in flight to be committed."""
+
 
 @runtime_checkable
 class TrainLoopTrainer(_TrainerCore, Protocol):
-    """What :func:`~trainwell.loops.train_loop.run_training` and its step functions use."""
+    """What :func:`~trainwell.loops.train_loop.run_training` and its :class:`~trainwell.loops.step.StepRunner` use."""
 
     lr_scheduler: Any
-    current_flos: float
-    current_gradient_accumulation_steps: int | float | torch.Tensor
-    preempted: bool
-    _tw_loop: LoopState | None
-    _train_batch_size: int
-    _tw_checkpoints: PreemptionCheck  # the Trainer's checkpoint part (trainwell.trainer.checkpoints)
-
-    def get_train_dataloader(self) -> DataLoader: ...
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor: ...
@@ -90,12 +81,6 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
     def _flops_counter(self) -> Callable[[Any], int]: ...
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int: ...
-
-    def _init_state(self, plan: TrainPlan) -> None: ...
-
-    def _prepare_for_training(self, max_steps: int) -> nn.Module: ...
-
-    def _resume(self, folder: Path) -> DataPosition: ...
 
     def _window_scaler(self, first_batch: Any) -> WindowScaler: ...
 
@@ -107,14 +92,46 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
                                  start_time: float | None = None) -> None: ...
 
-    def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput: ...
-
 
 @runtime_checkable
-class BatchSizeTrainer(TrainLoopTrainer, Protocol):
-    """What ``auto_find_batch_size``'s retry (:mod:`trainwell.loops.batch_size`) uses beyond the training loop."""
+class RunTrainer(TrainLoopTrainer, Protocol):
+    """What a :class:`~trainwell.loops.run.TrainingRun` and the run's functions use (its constructor builds the run
+    from these; ``auto_find_batch_size``'s retry builds one per attempt)."""
 
     model_wrapped: nn.Module
+    label_names: list[str]
+    compute_loss_func: Callable[..., Any] | None
+    label_smoother: Any
+    _train_batch_size: int
+    _memory_tracker: TrainerMemoryTracker
+    _tw_checkpoints: RunCheckpoints  # the Trainer's checkpoint part (trainwell.trainer.checkpoints)
+    _tw_run: TrainingRun | None
+
+    def get_train_dataloader(self) -> DataLoader: ...
+
+    def create_optimizer_and_scheduler(self, num_training_steps: int) -> None: ...
+
+    def is_local_process_zero(self) -> bool: ...
+
+    def is_world_process_zero(self) -> bool: ...
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None: ...
+
+    def store_flos(self) -> None: ...
+
+    def _load_best_model(self) -> None: ...
+
+    def _rotate_checkpoints(self, use_mtime: bool = False, output_dir: str | None = None) -> None: ...
+
+    def _finish_current_push(self) -> None: ...
+
+    def _prepare_inputs(self, inputs: Any) -> Any: ...
+
+    def _compute_loss_takes_num_items(self) -> bool: ...
+
+    def _adopt_input_dtype(self) -> None: ...
+
+    def _logged_learning_rate(self) -> float: ...
 
 
 @runtime_checkable
@@ -157,7 +174,7 @@ class EvalLoopTrainer(_TrainerCore, Protocol):
 
 
 @runtime_checkable
-class LoopTrainer(BatchSizeTrainer, EvalLoopTrainer, TrainHooksTrainer, Protocol):
+class LoopTrainer(RunTrainer, EvalLoopTrainer, Protocol):
     """Everything the loops use: what :class:`trainwell.Trainer` provides to them."""
 
 

@@ -9,12 +9,18 @@ sync, and the Trainer asks it for the logged window, the checkpoint's ``data_sta
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
+from ..data.loader import has_length
 from ..runtime.distributed import all_gather_object, mean_across_ranks
+
+if TYPE_CHECKING:
+    from ..args.fields import TrainingArguments
+    from ..callbacks.state import TrainerState
 
 # With logging_nan_inf_filter, the step losses of a window are kept for the rare case of a nan/inf; beyond this
 # many micro-batches without a log they are folded in (one device sync), so the list stays small.
@@ -61,6 +67,15 @@ class DataPosition:
         return math.fsum(saved) / len(saved)
 
 
+class Resumed(NamedTuple):
+    """What a resume restored for the run: where the data stream stood, the checkpoint's TrainerState (None when it
+    has none) and the random states it kept for the batch its loader held ahead (None: none kept)."""
+
+    position: DataPosition
+    state: TrainerState | None
+    next_batch_rng: dict[str, Any] | None
+
+
 @dataclass(eq=False)
 class LoopState:
     """The training loop's own state, passed to the loop functions and read by the Trainer.
@@ -83,6 +98,9 @@ class LoopState:
     step_learning_rate: float | None = None  # the rate the last optimizer step used (None: the schedule's own)
     skipped_steps: int = 0  # optimizer steps the fp16 scaler skipped on overflow in this call
     steps_at_start: int = 0  # the global step this call started (or resumed) at: the speed counts the steps run
+    flos: float = 0.0  # FLOPs counted since the last store_flos (the Trainer's current_flos)
+    # What training_step divides the micro-batch's loss by (the Trainer's current_gradient_accumulation_steps)
+    accumulation_divisor: int | float | torch.Tensor = 1
     # The random states from just before the loader fetched the batch it holds ahead (None: nothing held, or the
     # collator draws nothing); a checkpoint saves them so that a resume collates that batch again from them.
     next_batch_rng: dict[str, Any] | None = None
@@ -158,3 +176,31 @@ class TrainPlan:
     num_epochs: int
     num_examples: int | None
     total_train_batch_size: int
+
+
+def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
+    """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``.
+
+    ``batch_size`` is the per-process batch size in use (``args.train_batch_size`` unless ``auto_find_batch_size``
+    lowered it).
+    """
+    ga = args.gradient_accumulation_steps
+    batch_size = batch_size or args.train_batch_size
+    total_batch = batch_size * ga * world_size
+    if has_length(dataloader):
+        micro = len(dataloader)
+        updates = max(math.ceil(micro / ga), 1)
+        if args.max_steps > 0:
+            max_steps = args.max_steps
+            epochs = math.ceil(max_steps / updates)
+        else:
+            max_steps = math.ceil(args.num_train_epochs * updates)
+            epochs = math.ceil(args.num_train_epochs)
+        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * batch_size
+        return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
+    if args.max_steps <= 0:
+        raise ValueError(
+            "The training dataset has no length (an IterableDataset), so num_train_epochs cannot be turned into a "
+            "number of steps: set max_steps=N in TrainingArguments"
+        )
+    return TrainPlan(None, None, args.max_steps, sys.maxsize, args.max_steps * total_batch, total_batch)

@@ -113,7 +113,7 @@ class StepRunner:
             loop.tokens_trained += tokens
             if self.tokens_seen:
                 self.state.num_input_tokens_seen += tokens
-        trainer.current_gradient_accumulation_steps = divisor  # upstream's attribute, read by compute_loss
+        loop.accumulation_divisor = divisor  # the Trainer's current_gradient_accumulation_steps
         if self.step_takes_num_items:
             step_loss = self.training_step(self.model, inputs, num_items)
         else:  # an override written for upstream's older training_step(model, inputs)
@@ -124,4 +124,4 @@ class StepRunner:
             window_losses.append((self.state.global_step, step_loss))
             if len(window_losses) >= WINDOW_SETTLE_EVERY:
                 loop.settle()
-        trainer.current_flos += float(self.floating_point_ops(inputs))
+        loop.flos += float(self.floating_point_ops(inputs))  # the Trainer's current_flos

@@ -1,8 +1,9 @@
 """What lives for one ``train()`` call only: the underflow/overflow detector, NEFTune embedding noise, Liger kernels
 and the ``torch_empty_cache_steps`` callback.
 
-``attach(trainer)`` registers what the arguments ask for (nothing at all when they ask for nothing, so the default
-run pays no hook) and ``detach(trainer)`` takes it all off again when training ends, after an error too.
+``attach(args, model, callbacks)`` registers what the arguments ask for (nothing at all when they ask for nothing,
+so the default run pays no hook) and returns them as :class:`TrainHooks`, whose ``detach()`` the run calls when
+training ends, after an error too.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from .nested import upcast_half
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
+    from ..callbacks.events import CallbackHandler
     from ..callbacks.state import TrainerControl, TrainerState
-    from .contract import TrainHooksTrainer
 
 
 def clear_device_cache(device: torch.device) -> None:
@@ -80,45 +81,59 @@ def upcasts_outputs(args: TrainingArguments) -> bool:
     return bool(getattr(args, "fp16", False) or getattr(args, "bf16", False)) and not getattr(args, "deepspeed", None)
 
 
-def attach(trainer: TrainHooksTrainer) -> None:
-    """Register the hooks ``trainer.args`` asks for on ``trainer.model`` (replacing those of an earlier attempt)."""
-    detach(trainer)
-    args, handles = trainer.args, []
-    if upcasts_outputs(args):  # float32 outputs under autocast, as accelerate's convert_outputs_to_fp32
-        handles.append(trainer.model.register_forward_hook(float32_outputs_hook))
-    if args.neftune_noise_alpha is not None:
-        embeddings = _input_embeddings(trainer.model)
-        embeddings.neftune_noise_alpha = args.neftune_noise_alpha
-        handles.append(embeddings.register_forward_hook(neftune_post_forward_hook))
-        trainer._tw_neftune_embeddings = embeddings
-    if DebugOption.UNDERFLOW_OVERFLOW in args.debug:
-        if args.n_gpu > 1:
-            raise ValueError("debug='underflow_overflow' is not supported with several GPUs in one process "
-                             "(DataParallel); launch one process per GPU with torchrun.")
-        from .underflow_overflow import DebugUnderflowOverflow
+class TrainHooks:
+    """What :func:`attach` registered for one run; :meth:`detach` takes it all off again (idempotent)."""
 
-        trainer._tw_debug_overflow = DebugUnderflowOverflow(unwrap_model(trainer.model))
-    if args.use_liger_kernel:  # args refused it when the package is missing
-        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+    def __init__(self, callbacks: CallbackHandler) -> None:
+        self.callbacks = callbacks
+        self.handles: list[Any] = []  # torch hook handles (float32 outputs, NEFTune)
+        self.neftune_embeddings: nn.Module | None = None
+        self.empty_cache_callback: EmptyCacheCallback | None = None
+        self.overflow_detector: Any = None  # DebugUnderflowOverflow
 
-        _apply_liger_kernel_to_instance(model=unwrap_model(trainer.model), **(args.liger_kernel_config or {}))
-    if args.torch_empty_cache_steps is not None:
-        callback = EmptyCacheCallback(args.torch_empty_cache_steps, args.device)
-        trainer.callback_handler.add_callback(callback)
-        trainer._tw_empty_cache_callback = callback
-    trainer._tw_train_hook_handles = handles
+    def detach(self) -> None:
+        """Remove every hook, attribute and callback :func:`attach` added (a no-op the second time)."""
+        handles, self.handles = self.handles, []
+        for handle in handles:
+            handle.remove()
+        embeddings, self.neftune_embeddings = self.neftune_embeddings, None
+        if embeddings is not None and hasattr(embeddings, "neftune_noise_alpha"):
+            del embeddings.neftune_noise_alpha
+        callback, self.empty_cache_callback = self.empty_cache_callback, None
+        if callback is not None:
+            self.callbacks.remove_callback(callback)
+        detector, self.overflow_detector = self.overflow_detector, None
+        if detector is not None:
+            detector.remove()
 
 
-def detach(trainer: TrainHooksTrainer) -> None:
-    """Remove the hooks :func:`attach` registered (a no-op when there are none)."""
-    for handle in trainer.__dict__.pop("_tw_train_hook_handles", ()):
-        handle.remove()
-    embeddings = trainer.__dict__.pop("_tw_neftune_embeddings", None)
-    if embeddings is not None and hasattr(embeddings, "neftune_noise_alpha"):
-        del embeddings.neftune_noise_alpha
-    callback = trainer.__dict__.pop("_tw_empty_cache_callback", None)
-    if callback is not None:
-        trainer.callback_handler.remove_callback(callback)
-    detector = trainer.__dict__.pop("_tw_debug_overflow", None)
-    if detector is not None:
-        detector.remove()
+def attach(args: TrainingArguments, model: nn.Module, callbacks: CallbackHandler) -> TrainHooks:
+    """Register the hooks ``args`` asks for on ``model`` (and the ``torch_empty_cache_steps`` callback)."""
+    hooks = TrainHooks(callbacks)
+    try:
+        if upcasts_outputs(args):  # float32 outputs under autocast, as accelerate's convert_outputs_to_fp32
+            hooks.handles.append(model.register_forward_hook(float32_outputs_hook))
+        if args.neftune_noise_alpha is not None:
+            embeddings = _input_embeddings(model)
+            embeddings.neftune_noise_alpha = args.neftune_noise_alpha
+            hooks.handles.append(embeddings.register_forward_hook(neftune_post_forward_hook))
+            hooks.neftune_embeddings = embeddings
+        if DebugOption.UNDERFLOW_OVERFLOW in args.debug:
+            if args.n_gpu > 1:
+                raise ValueError("debug='underflow_overflow' is not supported with several GPUs in one process "
+                                 "(DataParallel); launch one process per GPU with torchrun.")
+            from .underflow_overflow import DebugUnderflowOverflow
+
+            hooks.overflow_detector = DebugUnderflowOverflow(unwrap_model(model))
+        if args.use_liger_kernel:  # args refused it when the package is missing
+            from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+            _apply_liger_kernel_to_instance(model=unwrap_model(model), **(args.liger_kernel_config or {}))
+        if args.torch_empty_cache_steps is not None:
+            callback = EmptyCacheCallback(args.torch_empty_cache_steps, args.device)
+            callbacks.add_callback(callback)
+            hooks.empty_cache_callback = callback
+    except BaseException:
+        hooks.detach()
+        raise
+    return hooks

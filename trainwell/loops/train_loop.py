@@ -9,60 +9,29 @@ The loop is written against the Trainer's public (overridable) methods (``traini
 where everything between the two step events is :meth:`~trainwell.loops.step.StepRunner.step`, and the batches come
 one ahead of the step (:mod:`trainwell.loops.look_ahead`).
 
-What the loop owns (the data position, the running losses) is one :class:`LoopState`, passed to the functions here
-and kept on the trainer as ``trainer._tw_loop`` for logging, checkpoints and the final metrics.
+The run (:class:`~trainwell.loops.run.TrainingRun`, built by ``Trainer.train()``) holds what the loop trains with;
+what the loop owns (the data position, the running losses) is its :class:`LoopState` (``run.loop``), read by the
+logs, the checkpoints and the final metrics.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import sys
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
-from ..data.loader import collator_draws_randomness, has_length
-from ..utils.trainer_utils import TrainOutput
+from ..data.loader import collator_draws_randomness
 from .look_ahead import BatchLookAhead
-from .loop_state import DataPosition, LoopState, TrainPlan
+from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 from .loss_scaling import loss_divisors
 from .step import StepRunner
 
 if TYPE_CHECKING:
-    from ..args.fields import TrainingArguments
-    from .contract import TrainLoopTrainer
+    from .run import TrainingRun
 
 __all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
-
-
-def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
-    """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``.
-
-    ``batch_size`` is the per-process batch size in use (``args.train_batch_size`` unless ``auto_find_batch_size``
-    lowered it).
-    """
-    ga = args.gradient_accumulation_steps
-    batch_size = batch_size or args.train_batch_size
-    total_batch = batch_size * ga * world_size
-    if has_length(dataloader):
-        micro = len(dataloader)
-        updates = max(math.ceil(micro / ga), 1)
-        if args.max_steps > 0:
-            max_steps = args.max_steps
-            epochs = math.ceil(max_steps / updates)
-        else:
-            max_steps = math.ceil(args.num_train_epochs * updates)
-            epochs = math.ceil(args.num_train_epochs)
-        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * batch_size
-        return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
-    if args.max_steps <= 0:
-        raise ValueError(
-            "The training dataset has no length (an IterableDataset), so num_train_epochs cannot be turned into a "
-            "number of steps: set max_steps=N in TrainingArguments"
-        )
-    return TrainPlan(None, None, args.max_steps, sys.maxsize, args.max_steps * total_batch, total_batch)
 
 
 def _accumulation_groups(iterator: Iterator[Any], ga: int) -> Iterator[Sequence[Any]]:
@@ -84,7 +53,7 @@ def _filled_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
         yield group
 
 
-def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
+def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
     """The epoch's batches, starting ``skip_batches`` in: by seeking the sampler when it can, else by discarding."""
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = getattr(dataloader, "batch_sampler", None)
@@ -97,7 +66,7 @@ def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip
     # differs and a resumed run redraws the same numbers.
     generator = getattr(dataloader.dataset, "generator", None)
     if isinstance(generator, torch.Generator):
-        generator.manual_seed(trainer.args.seed + epoch)
+        generator.manual_seed(seed + epoch)
     if skip_batches <= 0:
         return iter(dataloader)  # draws the workers' base seed from the global stream, as upstream's loader does
     # A resumed epoch: the uninterrupted run drew the base seed before the checkpoint's RNG state was saved, so this
@@ -119,57 +88,32 @@ def _epoch_iterator(trainer: TrainLoopTrainer, dataloader: Any, epoch: int, skip
         return iterator
 
 
-def _start_run(trainer: TrainLoopTrainer, resume_from: Any) -> tuple[Any, TrainPlan, Any, LoopState]:
-    """The run's dataloader, plan, prepared model and loop state (restored from ``resume_from`` when given)."""
-    args = trainer.args
-    batch_size = trainer._train_batch_size or args.train_batch_size
-    dataloader = trainer.get_train_dataloader()
-    plan = plan_training(args, dataloader, args.world_size, batch_size)
-    trainer._init_state(plan)
-    model = trainer._prepare_for_training(plan.max_steps)
-    train_mode = getattr(trainer.optimizer, "train", None)
-    if callable(train_mode):  # schedule-free optimizers: train mode, as upstream
-        train_mode()
-    position = trainer._resume(resume_from) if resume_from is not None else DataPosition()
-    loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
-                           accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
-                           world_size=args.world_size)
-    trainer._tw_loop = loop
-    if resume_from is not None:
-        loop.resumed_next_batch_rng = trainer._tw_checkpoints.resumed_next_batch_rng
-    loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs (resumed: from here)
-    position.batches_per_epoch, position.train_batch_size = plan.micro_batches_per_epoch, batch_size
-    trainer.callback_handler.train_dataloader = dataloader
-    return dataloader, plan, model, loop
-
-
-def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: Any = None,
-                 ignore_keys_for_eval: list[str] | None = None) -> TrainOutput:
-    """Train ``trainer.model`` to the end of the plan; returns :class:`TrainOutput`.
+def run_training(run: TrainingRun) -> TrainingRun:
+    """Train ``run`` to the end of its plan (or a stop); returns it for :func:`~trainwell.loops.run.finish`.
 
     Epochs of accumulation groups; each group is one optimizer step (:meth:`StepRunner.step`) between
     ``on_step_begin`` and ``on_step_end``, then logging, evaluation and saving as the arguments ask.
     """
-    dataloader, plan, model, loop = _start_run(trainer, resume_from)
-    args, state, cb = trainer.args, trainer.state, trainer.callback_handler
+    trainer, args, plan, loop, model = run.trainer, run.args, run.plan, run.loop, run.wrapped
+    state, cb, trial, ignore_keys_for_eval = run.state, run.callbacks, run.trial, run.ignore_keys_for_eval
     position, tr_loss = loop.position, loop.tr_loss
-    look_ahead = BatchLookAhead(collator_draws_randomness(dataloader))
-    log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, trainer._tw_checkpoints.stop_if_preempted
+    look_ahead = BatchLookAhead(collator_draws_randomness(run.dataloader))
+    log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, run.checkpoints.stop_if_preempted
     runner: StepRunner | None = None  # built on the run's first batch (which decides how windows are normalised)
-    start_time = time.time()
+    run.start_time = start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
-    if args.eval_on_start and resume_from is None:
+    if args.eval_on_start and run.resumed_from is None:
         trainer._evaluate(trial, ignore_keys_for_eval)
     grad_norm = None
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):
         position.epoch, position.batches_in_epoch = epoch, skip
-        iterator = _epoch_iterator(trainer, dataloader, epoch, skip)
-        iterator = look_ahead.batches(iterator, loop, loop.resumed_next_batch_rng if skip else None)
+        iterator = _epoch_iterator(args.seed, run.dataloader, epoch, skip)
+        iterator = look_ahead.batches(iterator, loop, run.resumed_next_batch_rng if skip else None)
         skip = 0
         model.train()
         if args.past_index >= 0:
-            trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
+            trainer._set_past(None)  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         groups = _accumulation_groups(iterator, args.gradient_accumulation_steps)
         first = next(groups, None)
@@ -189,7 +133,7 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
                     break
                 if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
                     break
-        if trainer.preempted:  # SIGTERM/SIGINT: checkpoint saved mid-epoch; the epoch is not over
+        if run.checkpoints.preempted:  # SIGTERM/SIGINT: checkpoint saved mid-epoch; the epoch is not over
             break
         if plan.micro_batches_per_epoch is None:
             state.epoch = float(epoch + 1)
@@ -199,4 +143,4 @@ def run_training(trainer: TrainLoopTrainer, *, resume_from: Any = None, trial: A
         trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
         if trainer.control.should_training_stop or state.global_step >= plan.max_steps:
             break
-    return trainer._finish_training(tr_loss, plan, start_time)
+    return run

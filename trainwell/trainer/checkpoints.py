@@ -33,11 +33,10 @@ if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does n
     from ..args.fields import TrainingArguments
     from ..callbacks.events import CallbackHandler
     from ..checkpoint.async_save import AsyncSaver
-    from ..checkpoint.lock import OutputDirLock, OutputDirLockedError
+    from ..checkpoint.lock import OutputDirLock
     from ..checkpoint.manager import CheckpointContents
     from ..checkpoint.preemption import PreemptionGuard
-    from ..loops.loop_state import LoopState
-    from ..loops.train_loop import DataPosition, TrainPlan
+    from ..loops.loop_state import DataPosition, LoopState, Resumed, TrainPlan
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -106,7 +105,6 @@ class TrainerCheckpoints:
                                          trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
         self.last: Path | None = None  # the newest checkpoint the current train() call wrote
         self.resumed_from: Path | None = None  # the checkpoint the current train() call resumed from
-        self.resumed_next_batch_rng: dict[str, Any] | None = None  # its states for the batch held ahead (LoopState)
         # How the preemption warning tells the user to continue (the CLI prints its own command instead: None).
         self.preemption_hint: str | None = "continue with train(resume_from_checkpoint=True)"
         self.resume_with_fallback = False
@@ -296,9 +294,11 @@ class TrainerCheckpoints:
         if lock is not None:
             lock.release()
 
-    def load(self, folder: Path, plan: TrainPlan) -> DataPosition:
-        """Restore model, optimizer, scheduler, scaler, RNG, TrainerState and the data position."""
-        from ..backends.elastic import check_resumable
+    def load(self, folder: Path, plan: TrainPlan) -> Resumed:
+        """Restore model, optimizer, scheduler, scaler and RNG from ``folder``; returns the data position and the
+        TrainerState (with this run's plan) for the run to adopt, and the callbacks' states restored."""
+        from ..backends.optimizer_state_forms import check_resumable
+        from ..loops.loop_state import Resumed
 
         # another backend's optimizer state is refused now, on every rank, before anything is loaded
         check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
@@ -317,15 +317,17 @@ class TrainerCheckpoints:
         else:
             result = self.manager.load_agreed(folder, contents, **options)
         logger.info("Resuming training from %s", folder)
-        self.resumed_next_batch_rng = result.get("next_batch_rng")
-        self._adopt_state(result["trainer_state"], plan)
-        return self._data_position(result["data_state"], folder, plan)
+        state = self._loaded_state(result["trainer_state"], plan)
+        step = (state or self._trainer.state).global_step
+        position = self._data_position(result["data_state"], folder, plan, step)
+        return Resumed(position, state, result.get("next_batch_rng"))
 
-    def _data_position(self, data_state: dict[str, Any] | None, folder: Path, plan: TrainPlan) -> DataPosition:
-        """Where the data stream stood in the checkpoint (derived from the step when it cannot be restored)."""
-        from ..loops.train_loop import DataPosition
+    def _data_position(self, data_state: dict[str, Any] | None, folder: Path, plan: TrainPlan,
+                       step: int) -> DataPosition:
+        """Where the data stream stood in the checkpoint of ``step`` (derived from the step when it cannot be
+        restored)."""
+        from ..loops.loop_state import DataPosition
 
-        step = self._trainer.state.global_step
         if data_state is not None and self._data_shape_changed(data_state, folder, plan):
             data_state = {k: v for k, v in data_state.items() if k not in ("epoch", "batches_in_epoch")}
         if data_state is None or "epoch" not in data_state:
@@ -387,10 +389,10 @@ class TrainerCheckpoints:
         return (saved_batch * saved_ga * saved_ranks == batch * args.gradient_accumulation_steps * args.world_size
                 and saved_batch * saved_per_epoch * saved_ranks == batch * per_epoch * args.world_size)
 
-    def _adopt_state(self, loaded: TrainerState | None, plan: TrainPlan) -> None:
-        """Make the loaded TrainerState the Trainer's (with this run's plan) and restore the callbacks' states."""
+    def _loaded_state(self, loaded: TrainerState | None, plan: TrainPlan) -> TrainerState | None:
+        """The loaded TrainerState with this run's plan (the run adopts it); the callbacks' states restored."""
         if loaded is None:
-            return
+            return None
         trainer = self._trainer
         loaded.is_local_process_zero = trainer.is_local_process_zero()
         loaded.is_world_process_zero = trainer.is_world_process_zero()
@@ -398,12 +400,12 @@ class TrainerCheckpoints:
         loaded.max_steps = plan.max_steps
         loaded.num_train_epochs = plan.num_epochs
         loaded.train_batch_size = trainer._train_batch_size
-        trainer.state = loaded
         if self.args.restore_callback_states_from_checkpoint and loaded.stateful_callbacks:
             from .callback_states import restore_callback_states
 
             trainer.control = restore_callback_states(trainer.callback_handler.callbacks, trainer.control,
                                                       loaded.stateful_callbacks)
+        return loaded
 
     # -------------------------------------------------------------------------------------------------- save
     def save(self, model: nn.Module, trial: Any, *, tr_loss: torch.Tensor | None, loop: LoopState | None) -> Path:
@@ -588,13 +590,4 @@ class TrainerCheckpoints:
                 bar.close()
                 callback.training_bar = None
 
-__all__ = ["CheckpointHost", "TrainerCheckpoints", "TRAINER_STATE_NAME", "PREEMPTION_SYNC_STEPS"]
-
-
-def __getattr__(name: str) -> Any:
-    """``TRAINER_STATE_NAME`` is still importable from here; read from the checkpoint layout on first use."""
-    if name == "TRAINER_STATE_NAME":
-        from ..checkpoint.layout import TRAINER_STATE_NAME
-
-        return TRAINER_STATE_NAME
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["CheckpointHost", "PREEMPTION_SYNC_STEPS", "TrainerCheckpoints"]

@@ -6,8 +6,8 @@ import inspect
 import logging
 import os
 import warnings
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,30 +21,36 @@ from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, 
 from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..callbacks.state import TrainerControl, TrainerState
-from ..loops import train_hooks
 from ..loops import eval_loop
+from ..loops.best_metric import MissingMetricError, is_new_best, metric_value
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
 from ..utils.model_utils import accepts_loss_kwargs, find_labels, flops_rule, forward_parameters, is_causal_lm
 from ..utils.model_utils import unwrap_model
 from ..utils import reporting
 from ..utils.overrides import accepts, call_override
-from ..utils.trainer_utils import (PREFIX_CHECKPOINT_DIR, EvalLoopOutput, PredictionOutput, SaveStrategy, TrainOutput,
-                                   enable_full_determinism, set_seed)
-from . import run, saving
+from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
+from ..utils.option_enums import SaveStrategy
+from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
+from ..utils.seeding import enable_full_determinism, set_seed
+from . import saving
+from .eval_model import model_for_eval
 from .checkpoints import TrainerCheckpoints
-from .setup import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
-                    initial_model, is_bitsandbytes_quantized)
+from .init_checks import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
+                          initial_model, is_bitsandbytes_quantized)
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
-    from ..loops.train_loop import DataPosition, LoopState, TrainPlan
+    from ..loops.run import TrainingRun
     from .accelerator import TrainerAccelerator
     from .hub import TrainerHub
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
 DEFAULT_CALLBACKS: list[type[TrainerCallback]] = [DefaultFlowCallback]
+# What a hyper-parameter search's trials replace on the Trainer (see _tw_search_scope).
+_SEARCH_REPLACES = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler",
+                    "label_smoother", "_tw_checkpoints", "backend")
 _ONLY_TENSORS = {torch.Tensor}
 _IS_CPU = attrgetter("is_cpu")
 
@@ -69,10 +75,6 @@ class Trainer:
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
     # for a per-micro-batch mean; None decides from num_items_in_batch.
     loss_is_scaled_for_ga: bool | None = None
-    # What training_step divides a per-micro-batch mean loss by; the loop sets it for every micro-batch: the window's
-    # items (labels, or rows) over this micro-batch's (a tensor when counted over the ranks), so the window sums to
-    # the mean loss of one big batch.
-    current_gradient_accumulation_steps: int | float | torch.Tensor = 1
 
     def __init__(
         self,
@@ -101,6 +103,10 @@ class Trainer:
             args = TrainingArguments(output_dir="tmp_trainer")
         check_args_object(args)
         self.args = args
+        self._tw_run: TrainingRun | None = None  # the running (or last) train() call's run
+        # current_flos and current_gradient_accumulation_steps before the first run (a run's loop holds them)
+        self._tw_idle_flos: float = 0.0
+        self._tw_idle_divisor: int | float | torch.Tensor = 1
         apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
         if tokenizer is not None:
@@ -147,12 +153,8 @@ class Trainer:
         self.callback_handler = CallbackHandler(default + list(callbacks or []), self.model, processing_class,
                                                 self.optimizer, self.lr_scheduler)
         self.is_in_train = False
-        self.current_flos = 0.0
-        self._tw_warned_non_finite = False
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
         self._train_batch_size = self._tw_requested_batch_size = args.train_batch_size
-        self._tw_loop: LoopState | None = None  # the running loop's state (data position, running losses)
-        self._tw_plan: TrainPlan | None = None  # the running (or last) train()'s plan
         self._past: Any = None
         self._tw_input_dtype: torch.dtype | None = None
         # how _prepare_inputs moves a flat batch, picked by _adopt_input_dtype once the backend is set up
@@ -452,8 +454,18 @@ class Trainer:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
     def _window_scaler(self, first_batch: Any) -> WindowScaler:
-        """How this run's accumulation windows are normalised (see :func:`trainwell.trainer.run.window_scaler`)."""
-        return run.window_scaler(self, first_batch)
+        """How this run's accumulation windows are normalised (see :func:`trainwell.loops.run.window_scaler`); the
+        model then takes ``num_items_in_batch`` exactly when its loss sums over the window's items."""
+        from ..loops.run import window_scaler
+
+        scaler = window_scaler(self._tw_run, first_batch)
+        if self.compute_loss_func is None:
+            self.model_accepts_loss_kwargs = scaler.rule.takes_num_items
+        return scaler
+
+    def _set_past(self, value: Any) -> None:
+        """The memory of ``past_index`` models (upstream's ``_past``): reset by the loops, fed back as ``mems``."""
+        self._past = value
 
     def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
@@ -525,44 +537,43 @@ class Trainer:
         resume_from = self._tw_checkpoints.resolve_resume(resume_from_checkpoint)
         if self.args.train_batch_size != self._tw_requested_batch_size:  # new arguments (a hyperparameter search trial)
             self._train_batch_size = self._tw_requested_batch_size = self.args.train_batch_size
+        from ..loops.run import TrainingRun, finish
+        from ..loops.train_loop import run_training
+
         try:
             with self._tw_checkpoints.preemption_scope():
                 if self.args.auto_find_batch_size:
                     from ..loops.batch_size import train_finding_batch_size
 
-                    return train_finding_batch_size(self, resume_from=resume_from, trial=trial,
-                                                    ignore_keys_for_eval=ignore_keys_for_eval)
-                from ..loops.train_loop import run_training
-
-                return run_training(self, resume_from=resume_from, trial=trial,
-                                    ignore_keys_for_eval=ignore_keys_for_eval)
+                    run = train_finding_batch_size(self, resume_from=resume_from, trial=trial,
+                                                   ignore_keys_for_eval=ignore_keys_for_eval)
+                else:
+                    run = run_training(TrainingRun(self, resume_from=resume_from, trial=trial,
+                                                   ignore_keys_for_eval=ignore_keys_for_eval))
+                self.is_in_train = False
+                return finish(run)
         finally:
             self.is_in_train = False
-            train_hooks.detach(self)
+            if self._tw_run is not None:
+                self._tw_run.close()
             self._tw_checkpoints.release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
-
-    def _init_state(self, plan: TrainPlan) -> None:
-        """A fresh TrainerState for this run (the loop fills it; a resume replaces it)."""
-        run.init_state(self, plan)
-
-    def _prepare_for_training(self, max_steps: int) -> nn.Module:
-        """Gradient checkpointing, wrapping by the backend, torch.compile, optimizer and scheduler."""
-        return run.prepare_for_training(self, max_steps)
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
                                  start_time: float | None = None) -> None:
         """Log, evaluate and save as ``self.control`` asks (in that order)."""
-        if self.control.should_log and self.state.global_step > self._globalstep_last_logged:
-            self._log_training_window(tr_loss, grad_norm, start_time)
+        if self.control.should_log and self.state.global_step > self._globalstep_last_logged and self._tw_run:
+            from ..loops.run import log_training_window
+
+            log_training_window(self._tw_run, grad_norm, start_time)
         metrics = None
         if self.control.should_evaluate:
             try:
                 metrics = self._evaluate(trial, ignore_keys_for_eval)
                 # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
                 new_best = self._is_new_best(metrics)
-            except run.MissingMetricError as err:
+            except MissingMetricError as err:
                 model.train()
                 if self.control.should_save:  # the checkpoint due at this step is written before stopping
                     folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)
@@ -575,33 +586,55 @@ class Trainer:
             call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
 
-    def _log_training_window(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
-                             start_time: float | None = None) -> None:
-        run.log_training_window(self, tr_loss, grad_norm, start_time)
-
     @property
     def _total_loss_scalar(self) -> float:
         """The loss of the logged windows summed (upstream's attribute, read by some callbacks and subclasses)."""
-        return self._tw_loop.total_loss if self._tw_loop is not None else 0.0
+        return self._tw_run.loop.total_loss if self._tw_run is not None else 0.0
 
     @_total_loss_scalar.setter
     def _total_loss_scalar(self, value: float) -> None:
-        if self._tw_loop is not None:
-            self._tw_loop.total_loss = value
+        if self._tw_run is not None:
+            self._tw_run.loop.total_loss = value
 
     @property
     def _globalstep_last_logged(self) -> int:
         """The global step of the last training log (upstream's attribute)."""
-        return self._tw_loop.last_logged_step if self._tw_loop is not None else 0
+        return self._tw_run.loop.last_logged_step if self._tw_run is not None else 0
 
     @_globalstep_last_logged.setter
     def _globalstep_last_logged(self, value: int) -> None:
-        if self._tw_loop is not None:
-            self._tw_loop.last_logged_step = value
+        if self._tw_run is not None:
+            self._tw_run.loop.last_logged_step = value
+
+    @property
+    def current_flos(self) -> float:
+        """FLOPs counted since the last ``store_flos`` (upstream's attribute; the running loop counts them)."""
+        return self._tw_run.loop.flos if self._tw_run is not None else self._tw_idle_flos
+
+    @current_flos.setter
+    def current_flos(self, value: float) -> None:
+        if self._tw_run is not None:
+            self._tw_run.loop.flos = value
+        else:
+            self._tw_idle_flos = value
+
+    @property
+    def current_gradient_accumulation_steps(self) -> int | float | torch.Tensor:
+        """What ``training_step`` divides a per-micro-batch mean loss by (upstream's attribute): the loop sets it for
+        every micro-batch to the window's items (labels, or rows) over this micro-batch's (a tensor when counted over
+        the ranks), so that the window sums to the mean loss of one big batch; 1 before training."""
+        return self._tw_run.loop.accumulation_divisor if self._tw_run is not None else self._tw_idle_divisor
+
+    @current_gradient_accumulation_steps.setter
+    def current_gradient_accumulation_steps(self, value: int | float | torch.Tensor) -> None:
+        if self._tw_run is not None:
+            self._tw_run.loop.accumulation_divisor = value
+        else:
+            self._tw_idle_divisor = value
 
     def _logged_learning_rate(self) -> float:
         """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
-        used = self._tw_loop.step_learning_rate if self._tw_loop is not None else None
+        used = self._tw_run.loop.step_learning_rate if self._tw_run is not None else None
         return float(used) if used is not None else self._get_learning_rate()
 
     def _get_learning_rate(self) -> float:
@@ -613,16 +646,12 @@ class Trainer:
         metrics = self.evaluate(ignore_keys=ignore_keys)
         if self._scheduler_needs_metrics():
             key = self.args.metric_for_best_model or "loss"
-            self.lr_scheduler.step(run.metric_value(metrics, key))
+            self.lr_scheduler.step(metric_value(metrics, key))
         return metrics
 
     def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
         """Record ``best_metric`` / ``best_global_step``; True when ``metrics`` improve on the best so far."""
-        return run.is_new_best(self, metrics)
-
-    def _finish_training(self, tr_loss: torch.Tensor, plan: TrainPlan, start_time: float) -> TrainOutput:
-        """Final metrics, best-model reload, rotation, on_train_end."""
-        return run.finish_training(self, tr_loss, plan, start_time)
+        return is_new_best(self.args, self.state, metrics)
 
     def store_flos(self) -> None:
         """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a
@@ -723,7 +752,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- evaluation glue
     def _model_for_eval(self) -> nn.Module:
         """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
-        return run.model_for_eval(self)
+        return model_for_eval(self)
 
     def hyperparameter_search(self, hp_space: Callable[[Any], dict[str, Any]] | None = None,
                               compute_objective: Callable[[dict[str, float]], Any] | None = None,
@@ -743,14 +772,11 @@ class Trainer:
                                          n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
                                          **kwargs)
 
-    def _resume(self, folder: Path) -> DataPosition:
-        """Restore everything saved in ``folder``; returns where the data stream stood."""
-        return self._tw_checkpoints.load(folder, self._tw_plan)
-
     # ------------------------------------------------------------------- checkpoints (trainer.checkpoints part)
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically (every resumable state), then rotate old ones."""
-        return self._tw_checkpoints.save(model, trial, tr_loss=tr_loss, loop=self._tw_loop)
+        return self._tw_checkpoints.save(model, trial, tr_loss=tr_loss,
+                                         loop=self._tw_run.loop if self._tw_run is not None else None)
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
         """Save the model weights (``model.safetensors``, sharded above 5GB), the arguments and the processing class.
@@ -939,6 +965,36 @@ class Trainer:
 
         args = trial_arguments_from(self.args, trial)
         if args is not None:
-            self.args = args
-            self._tw_checkpoints = self._tw_checkpoints.renewed(args)
-            self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+            self._adopt_arguments(args)
+
+    def _adopt_arguments(self, args: TrainingArguments) -> None:
+        """Train from now on with ``args`` (a trial's): its own checkpoint part (its ``output_dir``), label smoother
+        and backend, as upstream's ``_hp_search_setup`` builds a new Accelerator (and GradScaler) per trial; the
+        previous backend's engine, wrapped model and optimizer are dropped first, with their device memory."""
+        from ..backends import build_backend
+        from ..loops.batch_size import release_device_memory
+
+        self.args = args
+        self._tw_checkpoints = self._tw_checkpoints.renewed(args)
+        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        self.backend, self.model_wrapped = None, self.model
+        if self.model_init is not None:  # train() builds a new model: the old one's optimizer goes
+            self.optimizer = self.lr_scheduler = None
+        release_device_memory()
+        self.backend = build_backend(args)
+
+    @contextmanager
+    def _tw_search_scope(self, *, without_model: bool = False) -> Iterator[None]:
+        """A hyper-parameter search: its trials replace the arguments, backend, model, state... which are all put
+        back when the block ends; ``without_model``: no model inside the block (Ray pickles the Trainer to its
+        workers, and ``model_init`` makes each trial's model there)."""
+        saved = {name: self.__dict__[name] for name in _SEARCH_REPLACES if name in self.__dict__}
+        handler = self.callback_handler
+        on_handler = (handler.model, handler.optimizer, handler.lr_scheduler, list(handler.callbacks))
+        if without_model:
+            self.model = self.model_wrapped = None  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            self.__dict__.update(saved)
+            handler.model, handler.optimizer, handler.lr_scheduler, handler.callbacks = on_handler

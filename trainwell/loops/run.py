@@ -1,0 +1,234 @@
+"""One ``train()`` call as one object: :class:`TrainingRun`, and the run's bookkeeping as functions of it.
+
+``Trainer.train()`` builds a :class:`TrainingRun` and hands it to :func:`~trainwell.loops.train_loop.run_training`.
+The constructor does, in order, what upstream's ``_inner_training_loop`` does before its first step: the dataloader
+and the plan, a fresh ``TrainerState``, the model prepared (activation checkpointing, the backend's wrapping, the
+training hooks, the optimizer and schedule, ``torch.compile``), the checkpoint resumed, the loop's state. It is the
+one place outside ``trainer/trainer.py`` that assigns Trainer attributes, and only upstream's public ones that a
+run replaces (``state``, ``model``, ``model_wrapped``, ``optimizer``, ``lr_scheduler``, ``_train_batch_size``), so
+that callbacks, overrides and user code read this run's objects where upstream has them.
+
+The functions below (the logging window, the best metric, the loss-scaling decision, the end of training) read the
+run and call the Trainer's overridable methods (``log``, ``store_flos``, ``_load_best_model``,
+``_rotate_checkpoints``...) where upstream calls them, so that an override is reached.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..callbacks.state import TrainerControl, TrainerState
+from ..utils import reporting
+from ..utils.losses import all_labels_ignored
+from ..utils.model_utils import activation_checkpointing, compile_model, enable_gradient_checkpointing, is_causal_lm
+from ..utils.model_utils import unwrap_model
+from ..utils.overrides import call_override
+from ..utils.outputs import TrainOutput
+from . import train_hooks
+from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
+
+if TYPE_CHECKING:
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from .contract import RunTrainer
+    from .loss_scaling import WindowScaler
+
+__all__ = ["TrainingRun", "finish", "log_training_window", "window_scaler"]
+
+logger = logging.getLogger("trainwell.trainer.trainer")
+
+
+class TrainingRun:
+    """What one ``train()`` call trains with, built once: the plan, the data, the model and its wrapper, the
+    optimizer and schedule, the backend, the callbacks, the loop's state and the preemption check.
+
+    ``batch_size`` and ``optimizers`` are given by ``auto_find_batch_size``'s retry (the smaller batch, and the
+    optimizer and schedule passed to the Trainer, so that the failed attempt's are rebuilt); otherwise the Trainer's
+    current ones are used.
+    """
+
+    def __init__(self, trainer: RunTrainer, *, resume_from: Path | None = None, trial: Any = None,
+                 ignore_keys_for_eval: list[str] | None = None, batch_size: int | None = None,
+                 optimizers: tuple[torch.optim.Optimizer | None, Any] | None = None) -> None:
+        args = trainer.args
+        self.trainer, self.args, self.trial, self.ignore_keys_for_eval = trainer, args, trial, ignore_keys_for_eval
+        self.backend, self.callbacks, self.checkpoints = trainer.backend, trainer.callback_handler, trainer._tw_checkpoints
+        self.resumed_from, self.warned_non_finite = resume_from, False
+        self.start_time = 0.0  # set by the loop when the first event is sent
+        if batch_size is not None:
+            trainer._train_batch_size = batch_size
+        if optimizers is not None:
+            trainer.optimizer, trainer.lr_scheduler = optimizers
+        batch_size = trainer._train_batch_size or args.train_batch_size
+        # 1. The data and how long training runs.
+        self.dataloader: DataLoader = trainer.get_train_dataloader()
+        self.plan: TrainPlan = plan_training(args, self.dataloader, args.world_size, batch_size)
+        # 2. A fresh state (a resume replaces it in 4.) and control.
+        trainer.state = self._fresh_state(trainer.state)
+        trainer.control = TrainerControl()
+        # 3. The model prepared: checkpointing, the backend's wrapping, the hooks, optimizer and schedule, compile.
+        self.hooks = self._prepare_model()
+        try:
+            self.model: nn.Module = trainer.model
+            self.wrapped: nn.Module = trainer.model_wrapped
+            train_mode = getattr(trainer.optimizer, "train", None)
+            if callable(train_mode):  # schedule-free optimizers: train mode, as upstream
+                train_mode()
+            # 4. The checkpoint resumed: weights, optimizer, schedule, random states, TrainerState, data position.
+            position = DataPosition()
+            self.resumed_next_batch_rng: dict[str, Any] | None = None
+            if resume_from is not None:
+                resumed = self.checkpoints.load(resume_from, self.plan)
+                position, self.resumed_next_batch_rng = resumed.position, resumed.next_batch_rng
+                if resumed.state is not None:
+                    trainer.state = resumed.state
+        except BaseException:
+            self.hooks.detach()
+            raise
+        # 5. The loop's own state, starting at the data position.
+        self.loop = LoopState.start(position, device=args.device, nan_inf_filter=args.logging_nan_inf_filter,
+                                    accumulation_steps=args.gradient_accumulation_steps, rank=args.process_index,
+                                    world_size=args.world_size)
+        self.loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs
+        position.batches_per_epoch, position.train_batch_size = self.plan.micro_batches_per_epoch, batch_size
+        self.callbacks.train_dataloader = self.dataloader
+        trainer._tw_run = self
+
+    @property
+    def state(self) -> TrainerState:
+        """The run's TrainerState (the Trainer's: a resume or a callback may replace the object)."""
+        return self.trainer.state
+
+    def _fresh_state(self, previous: TrainerState) -> TrainerState:
+        trainer, plan = self.trainer, self.plan
+        state = TrainerState(is_local_process_zero=trainer.is_local_process_zero(),
+                             is_world_process_zero=trainer.is_world_process_zero(),
+                             stateful_callbacks=getattr(previous, "stateful_callbacks", None) or {})
+        state.compute_steps(self.args, plan.max_steps)
+        state.max_steps, state.num_train_epochs = plan.max_steps, plan.num_epochs
+        state.train_batch_size = trainer._train_batch_size
+        state.epoch = 0.0
+        return state
+
+    def _prepare_model(self) -> train_hooks.TrainHooks:
+        trainer, args, backend = self.trainer, self.args, self.backend
+        checkpointing, checkpointing_kwargs = activation_checkpointing(args)  # upstream 5.24's names
+        if checkpointing:
+            enable_gradient_checkpointing(unwrap_model(trainer.model), checkpointing_kwargs)
+        backend.prepare_model(trainer.model, training=True)
+        trainer.model = backend.model
+        hooks = train_hooks.attach(args, trainer.model, self.callbacks)  # none unless the arguments ask for one
+        try:
+            trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
+            backend.num_training_steps = self.plan.max_steps  # read by backends that build their own schedule
+            backend.setup_optimization(trainer.optimizer, trainer.lr_scheduler)
+            trainer.optimizer, trainer.lr_scheduler = backend.optimizer, backend.lr_scheduler  # ZeRO rebuilds them
+            trainer._adopt_input_dtype()
+            wrapped = backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
+            if args.torch_compile:
+                wrapped = compile_model(wrapped, args, in_engine=backend.caps.compiles_in_engine)
+            trainer.model_wrapped = wrapped
+        except BaseException:
+            hooks.detach()
+            raise
+        self.callbacks.model, self.callbacks.optimizer = trainer.model, trainer.optimizer
+        self.callbacks.lr_scheduler = trainer.lr_scheduler
+        return hooks
+
+    def close(self) -> None:
+        """Take off what the run attached to the model and callbacks (after an error too; idempotent)."""
+        self.hooks.detach()
+
+
+def log_training_window(run: TrainingRun, grad_norm: torch.Tensor | float | None,
+                        start_time: float | None = None) -> None:
+    """Log the mean loss of the steps since the last log, the gradient norm and the learning rate (through
+    ``trainer.log(logs, start_time)``, as upstream; an override of the older ``log(logs)`` gets ``logs`` only)."""
+    trainer, loop, state = run.trainer, run.loop, run.state
+    steps = state.global_step - loop.last_logged_step
+    window = loop.close_window(state.global_step)
+    if not math.isfinite(window) and not run.warned_non_finite:
+        # As upstream, a nan/inf loss is logged and training goes on; stopping is the opt-in
+        # StopOnNonFiniteLossCallback.
+        run.warned_non_finite = True
+        logger.warning("The training loss is %s in the %d steps before step %d; training goes on (as "
+                       "upstream). Add StopOnNonFiniteLossCallback() to the callbacks to stop when the weights "
+                       "diverge.", window, steps, state.global_step)
+    logs: dict[str, float] = {"loss": window / steps}
+    if grad_norm is not None:
+        logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
+    logs["learning_rate"] = trainer._logged_learning_rate()
+    trainer.store_flos()
+    call_override(trainer, "log", logs, start_time=start_time)
+
+
+def finish(run: TrainingRun) -> TrainOutput:
+    """The end of a run: final metrics, best-model reload, rotation, ``on_train_end`` (the Trainer has left
+    training: ``is_in_train`` is False, so a callback's evaluation casts as evaluation outside training does)."""
+    trainer, args, plan, loop = run.trainer, run.args, run.plan, run.loop
+    run.checkpoints.wait()  # async_save: the last (or preemption) save is committed before train() returns
+    state = run.state
+    train_loss = loop.final_total() / max(state.global_step, 1)
+    if args.load_best_model_at_end and state.best_model_checkpoint is not None and not run.checkpoints.preempted:
+        trainer._load_best_model()
+    num_samples: float
+    if plan.micro_batches_per_epoch and plan.num_examples is not None and args.max_steps <= 0:
+        num_samples = plan.num_examples * args.num_train_epochs
+    else:
+        num_samples = plan.max_steps * plan.total_train_batch_size
+    # The steps and samples this call ran, as upstream 5.x: a preempted, stopped or resumed run did not run the
+    # whole plan (upstream 4.x divided the planned max_steps by the runtime).
+    steps_run = state.global_step - loop.steps_at_start
+    num_samples = num_samples * steps_run / max(plan.max_steps, 1)
+    tokens = loop.tokens_trained if args.include_tokens_per_second else None  # per device, seen
+    metrics = reporting.speed_metrics("train", run.start_time, num_samples=num_samples, num_steps=steps_run,
+                                      num_tokens=tokens)
+    trainer.store_flos()
+    metrics["total_flos"] = state.total_flos
+    metrics["train_loss"] = train_loss
+    metrics["epoch"] = float(state.epoch or 0.0)  # set (0.0 up) since the run started
+    trainer._memory_tracker.stop_and_update_metrics(metrics, stage="train")
+    trainer.log(metrics)
+    trainer._rotate_checkpoints(output_dir=args.output_dir)
+    trainer._finish_current_push()
+    trainer.control = run.callbacks.on_train_end(args, run.state, trainer.control)
+    return TrainOutput(run.state.global_step, train_loss, metrics)
+
+
+def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
+    """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
+    ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
+    from ..runtime.distributed import all_gather_object
+    from .loss_scaling import LossRule, WindowScaler, probe_loss_rule  # loaded by the first train()
+
+    trainer, args = run.trainer, run.args
+    ignored = all_labels_ignored(first_batch, trainer.label_names or ["labels"])
+    if ignored is not None:
+        logger.warning("every entry of `%s` in the first batch is -100 (the index the loss ignores): its loss averages "
+                       "over no label, so it is 0 (or nan) and nothing is learnt. Check how the labels are built (a "
+                       "prompt mask or a response template that masks everything, a max_length cutting the answer "
+                       "off, padding labels with -100 beyond the sequence)", ignored)
+    across = bool(args.average_tokens_across_devices) and args.world_size > 1
+    if trainer.compute_loss_func is not None:  # it receives the window's labels, as upstream
+        rule = LossRule(True, "labels", "compute_loss_func")
+    elif trainer.label_smoother is not None:  # a mean over the labels (LabelSmoother), shifted for a causal LM
+        shifted = is_causal_lm(trainer.model)
+        rule = LossRule(False, "shifted" if shifted else "labels",
+                        "label smoothing, causal LM" if shifted else "label smoothing")
+    elif not trainer._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
+        rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
+    elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
+        rule = LossRule(False, "labels", "one micro-batch per step")
+    else:
+        rule = probe_loss_rule(trainer.model, trainer._prepare_inputs(first_batch))
+        if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
+            rule = all_gather_object(rule)[0]
+        logger.info("Gradient accumulation with %s: %s", type(unwrap_model(trainer.model)).__name__,
+                    rule.describe())
+    return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=across)
