@@ -84,6 +84,13 @@ def test_unknown_command(capsys):
     assert "did you mean 'train'?" in capsys.readouterr().err
 
 
+def test_a_subcommand_usage_error_gives_the_help_hint_once(capsys):
+    assert main(["plot"]) == 2  # its output_dir is required: argparse reports it through error() twice
+    assert capsys.readouterr().err.count("(see 'trainwell plot --help')") == 1
+    assert main(["estimate-memory", "--params", "x"]) == 2
+    assert capsys.readouterr().err.count("(see 'trainwell estimate-memory --help')") == 1
+
+
 def test_add_subcommand_dispatches(capsys):
     seen = []
     add_subcommand("echo-test", "test only", lambda argv: seen.append(argv) or 0)

@@ -16,7 +16,9 @@ class RaisingArgumentParser(argparse.ArgumentParser):
     hint) instead of printing the usage and exiting."""
 
     def error(self, message: str) -> NoReturn:
-        raise argparse.ArgumentError(None, f"{message} (see '{self.prog} --help')")
+        hint = f" (see '{self.prog} --help')"
+        # argparse calls error() again with the message of the error raised here (a missing required argument)
+        raise argparse.ArgumentError(None, message if message.endswith(hint) else message + hint)
 
 
 def positive_int(text: str) -> int:
