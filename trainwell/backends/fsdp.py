@@ -308,8 +308,8 @@ class FSDPBackend(SingleDeviceBackend):
         As upstream (accelerate's ``clip_grad_norm_`` calls ``unscale_gradients()`` first) and as one device does:
         the ``ShardedGradScaler`` records the unscale, so ``scaler.step`` in :meth:`optimizer_step` does not unscale
         again."""
-        self.scaler.unscale_(self.optimizer)  # a disabled scaler (bf16, fp32) does nothing
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.scaler.unscale_(prepared(self.optimizer, "optimizer"))  # a disabled scaler (bf16, fp32) does nothing
+        norm = torch.nn.utils.clip_grad_norm_(prepared(self.model, "model").parameters(), max_norm)
         return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     # -- state -------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ..runtime.precision import Precision
-from .base import Capabilities
+from .base import Capabilities, prepared
 from .placement import is_model_parallel, places_itself
 
 _NULL = nullcontext()
@@ -81,8 +81,8 @@ class SingleDeviceBackend:
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor | None:
         """Unscale (fp16; a disabled scaler does nothing) then clip all gradients to ``max_norm``; returns the norm
         before clipping."""
-        self.scaler.unscale_(self.optimizer)
-        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        self.scaler.unscale_(prepared(self.optimizer, "optimizer"))
+        return torch.nn.utils.clip_grad_norm_(prepared(self.model, "model").parameters(), max_norm)
 
     def last_grad_norm(self) -> torch.Tensor | None:
         """None: the loop measures the norm itself through :meth:`clip_grad_norm`."""
@@ -92,13 +92,13 @@ class SingleDeviceBackend:
         """Step through the scaler: with fp16 a step whose gradients overflowed is skipped, the scale drops and False
         is returned; a disabled scaler steps the optimizer (its scale stays 1.0)."""
         scale_before = self.scaler.get_scale()
-        self.scaler.step(self.optimizer)
+        self.scaler.step(prepared(self.optimizer, "optimizer"))
         self.scaler.update()
         return self.scaler.get_scale() >= scale_before
 
     def zero_grad(self) -> None:
         """Drop the gradients (set to None: cheaper than zeroing)."""
-        self.optimizer.zero_grad(set_to_none=True)
+        prepared(self.optimizer, "optimizer").zero_grad(set_to_none=True)
 
     # -- state -------------------------------------------------------------------------------------------------
     def state_dicts(self) -> Mapping[str, Any]:
@@ -106,8 +106,8 @@ class SingleDeviceBackend:
         return {"scaler": self.scaler} if self.scaler.is_enabled() else {}
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
-        """The model's own state dict (nothing to gather in one process)."""
-        return self.model.state_dict()
+        """The model's own state dict (nothing to gather in one process); None before training prepared the model."""
+        return None if self.model is None else self.model.state_dict()
 
     def stream_state_dict(self, *, model_save: bool) -> Any:
         """None: the model's own state dict is complete (see :meth:`Backend.stream_state_dict`)."""
@@ -137,4 +137,4 @@ class SingleDeviceBackend:
         if self.optimizer is None or (folder / OPTIMIZER_NAME).is_file():
             return
         if (folder / FSDP_STATE_DIR / ".metadata").is_file():
-            load_dcp_unsharded(self.model, self.optimizer, folder)
+            load_dcp_unsharded(prepared(self.model, "model"), self.optimizer, folder)

@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -125,9 +125,17 @@ def _split_logits(outputs: Any, ignore_keys: list[str], *, has_loss: bool) -> An
 # --------------------------------------------------------------------------------------------------------------
 
 
+class _ScheduleFree(Protocol):
+    """A schedule-free optimizer's modes (torch's ``Optimizer`` has neither method)."""
+
+    def train(self) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+
 def _schedule_free_mode(optimizer: Any) -> bool:
     """True for a schedule-free optimizer in train mode (one with ``train()``/``eval()`` and a ``train_mode``)."""
-    groups = getattr(optimizer, "param_groups", None)
+    groups: Any = getattr(optimizer, "param_groups", None)
     return bool(groups) and callable(getattr(optimizer, "eval", None)) and groups[0].get("train_mode", False)
 
 
@@ -246,7 +254,7 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
     # a schedule-free optimizer evaluates its averaged weights (optimizer.eval(), as upstream), then goes back
     optimizer_in_train_mode = _schedule_free_mode(trainer.optimizer)
     if optimizer_in_train_mode:
-        trainer.optimizer.eval()
+        cast("_ScheduleFree", trainer.optimizer).eval()
     trainer.callback_handler.eval_dataloader = dataloader
     if args.past_index >= 0:
         trainer._past = None
@@ -257,7 +265,7 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
         if args.past_index >= 0:
             trainer._past = None  # not carried into training (upstream deletes it; None keeps the attribute)
         if optimizer_in_train_mode:
-            trainer.optimizer.train()
+            cast("_ScheduleFree", trainer.optimizer).train()
     num_samples = _num_eval_samples(trainer, dataloader, observed)
     losses, preds, labels, inputs = (acc.result(num_samples) for acc in accumulators)
     metrics = _eval_metrics(trainer, preds, labels, losses, inputs, batch_metrics)
@@ -337,7 +345,7 @@ def _batch_parts(trainer: EvalLoopTrainer, model: Any, batch: Any, batch_size: i
     if not _is_dist():
         return [outputs]
     count = torch.tensor([real if real is not None else 1], device=_device_of(outputs))
-    gathered = gather_parts((count, *outputs), trainer.args.eval_use_gather_object)
+    gathered = gather_parts((count, *outputs), bool(trainer.args.eval_use_gather_object))
     return [part[1:] for part in gathered if int(part[0][0]) > 0]
 
 

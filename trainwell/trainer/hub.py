@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, SaveStrategy
+from .output_dir import require_output_dir
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
@@ -110,7 +111,7 @@ class TrainerHub:
         if not trainer.is_world_process_zero():
             return
         args = trainer.args
-        name = args.hub_model_id or Path(args.output_dir).absolute().name
+        name = args.hub_model_id or Path(require_output_dir(args.output_dir)).absolute().name
         token = token if token is not None else args.hub_token
         private = private if private is not None else args.hub_private_repo
         self.model_id = _hf_api().create_repo(name, token=token, private=private, exist_ok=True).repo_id
@@ -126,7 +127,7 @@ class TrainerHub:
             return
         ModelCard, ModelCardData = _hub().ModelCard, _hub().ModelCardData
 
-        output_dir = self._trainer.args.output_dir
+        output_dir = require_output_dir(self._trainer.args.output_dir)
         path = os.path.join(output_dir, "README.md")
         tags = [tags] if isinstance(tags, str) else list(tags or [])
         if os.path.exists(path):  # keep the tags a previous card had
@@ -154,7 +155,7 @@ class TrainerHub:
         trainer.callback_handler.on_push_begin(args, trainer.state, trainer.control)
         model_name = kwargs.pop("model_name", None)
         if model_name is None and args.should_save:
-            model_name = (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
+            model_name = (args.hub_model_id or Path(require_output_dir(args.output_dir)).name).split("/")[-1]
         token = token if token is not None else args.hub_token
         if self.model_id is None:
             trainer.init_hf_repo(token=token, private=private)
@@ -182,7 +183,7 @@ class TrainerHub:
         if not args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
             return  # the previous push is still running: skip this one (hub_always_push queues it)
         trainer.callback_handler.on_push_begin(args, trainer.state, trainer.control)
-        folder, output_dir = Path(checkpoint_folder), args.output_dir
+        folder, output_dir = Path(checkpoint_folder), require_output_dir(args.output_dir)
         _copy_model_files(folder, output_dir, trainer.processing_class, args)
         message = (f"Training in progress, step {trainer.state.global_step}" if args.save_strategy ==
                    SaveStrategy.STEPS else f"Training in progress, epoch {int(trainer.state.epoch or 0)}")
