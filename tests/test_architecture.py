@@ -331,3 +331,76 @@ def test_no_backend_hook_is_found_by_getattr():
     callers call it; a ``getattr(trainer.backend, "hook", None)`` is a hook outside the contract."""
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _backend_getattrs(path)]
     assert not found, f"backend hooks found by getattr (add them to trainwell.backends.base.Backend): {found}"
+
+
+# -- who writes the Trainer's attributes ---------------------------------------------------------------------------
+# The Trainer's attributes are assigned in trainer/trainer.py and in the run object's constructor (loops/run.py's
+# TrainingRun, which installs the objects a run replaces: state, model, optimizer...); every other part returns a
+# value, keeps its own state, or calls a Trainer method. ``control`` is upstream's: every callback event returns it
+# and it is assigned where the event is called, as in upstream's loop.
+TRAINER_WRITERS = {"trainer/trainer.py": None, "loops/run.py": "TrainingRun"}  # None: the whole module
+UPSTREAM_WRITES = {"control"}
+
+
+def _is_trainer(node: ast.expr) -> bool:
+    """``trainer``, ``local_trainer``, ``self.trainer`` or ``self._trainer`` (how the parts name the Trainer)."""
+    if isinstance(node, ast.Name):
+        return node.id in ("trainer", "local_trainer")
+    return isinstance(node, ast.Attribute) and node.attr in ("trainer", "_trainer") \
+        and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _trainer_writes(tree: ast.AST) -> set[str]:
+    """Attributes assigned on the Trainer in ``tree``: ``trainer.x = ...`` (augmented, annotated and tuple targets
+    too), ``setattr(trainer, "x", ...)`` and ``trainer.__dict__`` writes (reported as ``__dict__``)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") \
+                and node.args and _is_trainer(node.args[0]):
+            found.add(node.args[1].value if isinstance(node.args[1], ast.Constant) else "setattr")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "update", "pop", "setdefault", "__setitem__") and isinstance(node.func.value, ast.Attribute) \
+                and node.func.value.attr == "__dict__" and _is_trainer(node.func.value.value):
+            found.add("__dict__")
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets.extend(target.elts)
+            elif isinstance(target, ast.Attribute) and _is_trainer(target.value):
+                found.add(target.attr)
+            elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) \
+                    and target.value.attr == "__dict__" and _is_trainer(target.value.value):
+                found.add("__dict__")
+    return found - UPSTREAM_WRITES
+
+
+def test_trainer_attributes_are_assigned_only_by_the_trainer_and_the_run_constructor():
+    writes: dict[str, list[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text())
+        if rel in TRAINER_WRITERS:
+            if TRAINER_WRITERS[rel] is None:
+                continue
+            # the allowed class's methods are the constructor's steps: drop it and check the rest of the module
+            tree.body = [node for node in tree.body
+                         if not (isinstance(node, ast.ClassDef) and node.name == TRAINER_WRITERS[rel])]
+        attrs = _trainer_writes(tree)
+        if attrs:
+            writes[rel] = sorted(attrs)
+    assert not writes, (f"Trainer attributes assigned outside trainer/trainer.py and the run's constructor: {writes}; "
+                        "return the value, keep it on the run (loops/run.py) or its LoopState, or add a Trainer "
+                        "method that assigns it")
+
+
+def test_the_writes_finder_sees_every_form_of_write():
+    tree = ast.parse("def f(trainer, other, self):\n    trainer.a = 1\n    trainer.b += 2\n"
+                     "    trainer.c, (trainer.d, x) = 1, (2, 3)\n    other.e = 4\n    trainer.control = 5\n"
+                     "    trainer.f: int = 6\n    setattr(trainer, 'g', 7)\n    self._trainer.h = 8\n"
+                     "    self.trainer.i = 9\n    trainer.__dict__.update(j=10)\n    self.other.k = 11\n")
+    assert _trainer_writes(tree) == {"a", "b", "c", "d", "f", "g", "h", "i", "__dict__"}

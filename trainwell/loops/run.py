@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["TrainingRun", "finish", "log_training_window", "window_scaler"]
 
 logger = logging.getLogger("trainwell.trainer.trainer")
+T = TypeVar("T")
 
 
 class TrainingRun:
@@ -122,15 +123,18 @@ class TrainingRun:
         if checkpointing:
             enable_gradient_checkpointing(unwrap_model(trainer.model), checkpointing_kwargs)
         backend.prepare_model(trainer.model, training=True)
-        trainer.model = backend.model
+        trainer.model = _set_by(backend.model, f"{type(backend).__name__}.prepare_model", "the model")
         hooks = train_hooks.attach(args, trainer.model, self.callbacks)  # none unless the arguments ask for one
         try:
             trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
+            optimizer = _set_by(trainer.optimizer, "create_optimizer_and_scheduler (or an override of it)",
+                                "self.optimizer")
             backend.num_training_steps = self.plan.max_steps  # read by backends that build their own schedule
-            backend.setup_optimization(trainer.optimizer, trainer.lr_scheduler)
+            backend.setup_optimization(optimizer, trainer.lr_scheduler)
             trainer.optimizer, trainer.lr_scheduler = backend.optimizer, backend.lr_scheduler  # ZeRO rebuilds them
             trainer._adopt_input_dtype()
-            wrapped = backend.wrapped  # set by setup_optimization too: DeepSpeed's engine only exists from there
+            # set by setup_optimization too: DeepSpeed's engine only exists from there
+            wrapped = _set_by(backend.wrapped, f"{type(backend).__name__}.setup_optimization", "the wrapped model")
             if args.torch_compile:
                 wrapped = compile_model(wrapped, args, in_engine=backend.caps.compiles_in_engine)
             trainer.model_wrapped = wrapped
@@ -144,6 +148,13 @@ class TrainingRun:
     def close(self) -> None:
         """Take off what the run attached to the model and callbacks (after an error too; idempotent)."""
         self.hooks.detach()
+
+
+def _set_by(value: T | None, setter: str, what: str) -> T:
+    """``value``, which ``setter`` must have set (an error naming both otherwise)."""
+    if value is None:
+        raise RuntimeError(f"{setter} left {what} unset (None); it must set it before training can start")
+    return value
 
 
 def log_training_window(run: TrainingRun, grad_norm: torch.Tensor | float | None,
