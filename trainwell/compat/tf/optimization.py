@@ -6,11 +6,14 @@ by a ``PolynomialDecay`` of power ``poly_power`` to 0 after an optional linear `
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import tensorflow as tf
 
-keras = tf.keras
+if TYPE_CHECKING:
+    from tensorflow import keras  # the module the alias below names, for annotations
+else:
+    keras = tf.keras
 
 
 @keras.utils.register_keras_serializable(package="trainwell")

@@ -23,14 +23,18 @@ import math
 import os
 import random
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import numpy as np
 import tensorflow as tf
 
+from ...trainer.output_dir import require_output_dir
 from ...utils.trainer_utils import PREFIX_CHECKPOINT_DIR, EvalPrediction, IntervalStrategy, PredictionOutput, SaveStrategy
 from .args import TFTrainingArguments
 from .optimization import create_optimizer
+
+if TYPE_CHECKING:
+    from comet_ml.experiment import CometExperiment
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ def _concat(parts: list[Any]) -> Any:
 class TFTrainer:
     """Train, evaluate and predict with a Keras model under a ``tf.distribute`` strategy (upstream API)."""
 
+    _past: Any  # a past_index model's memory: set by run_model, deleted after a loop
+
     def __init__(self, model: tf.keras.Model, args: TFTrainingArguments, train_dataset: tf.data.Dataset | None = None,
                  eval_dataset: tf.data.Dataset | None = None,
                  compute_metrics: Callable[[EvalPrediction], dict] | None = None,
@@ -77,9 +83,10 @@ class TFTrainer:
         self._wandb: Any = None
         self._comet: Any = None
         self._local = threading.local()  # per-replica (per-thread under MirroredStrategy) step losses
-        if "wandb" in args.report_to and os.getenv("WANDB_DISABLED", "").upper() not in _TRUE:
+        report_to = cast("list[str]", args.report_to)  # a list once TrainingArguments.__post_init__ ran
+        if "wandb" in report_to and os.getenv("WANDB_DISABLED", "").upper() not in _TRUE:
             self.setup_wandb()
-        if "comet_ml" in args.report_to and os.getenv("COMET_MODE", "").upper() != "DISABLED":
+        if "comet_ml" in report_to and os.getenv("COMET_MODE", "").upper() != "DISABLED":
             self.setup_comet()
         random.seed(args.seed)
         np.random.seed(args.seed % 2**32)
@@ -126,7 +133,8 @@ class TFTrainer:
         """Adam/AdamW with polynomial decay (``poly_power``) and warmup, unless ``optimizers`` were given."""
         if not self.optimizer and not self.lr_scheduler:
             args = self.args
-            warmup = args.warmup_steps if args.warmup_steps > 0 else math.ceil(num_training_steps * args.warmup_ratio)
+            ratio = args.warmup_ratio or 0  # None: no warmup, as TrainingArguments.get_warmup_steps reads it
+            warmup = args.warmup_steps if args.warmup_steps > 0 else math.ceil(num_training_steps * ratio)
             self.optimizer, self.lr_scheduler = create_optimizer(
                 args.learning_rate, num_training_steps, int(warmup), adam_beta1=args.adam_beta1,
                 adam_beta2=args.adam_beta2, adam_epsilon=args.adam_epsilon, weight_decay_rate=args.weight_decay,
@@ -150,7 +158,8 @@ class TFTrainer:
         import comet_ml
 
         mode = os.getenv("COMET_MODE", "ONLINE").upper()
-        kwargs = {"project_name": os.getenv("COMET_PROJECT_NAME", "huggingface")}
+        kwargs: dict[str, Any] = {"project_name": os.getenv("COMET_PROJECT_NAME", "huggingface")}
+        experiment: CometExperiment
         if mode == "OFFLINE":
             kwargs["offline_directory"] = os.getenv("COMET_OFFLINE_DIRECTORY", "./")
             experiment = comet_ml.OfflineExperiment(**kwargs)
@@ -162,7 +171,7 @@ class TFTrainer:
             experiment.log_parameters(self._model_config(), prefix="config/")
 
     def _model_config(self) -> dict[str, Any]:
-        config = getattr(self.model, "config", None)
+        config: Any = getattr(self.model, "config", None)
         return config.to_dict() if hasattr(config, "to_dict") else {}
 
     def log(self, logs: dict[str, float]) -> None:
@@ -251,14 +260,14 @@ class TFTrainer:
         self._local.losses = []
         steps = self.args.gradient_accumulation_steps
         size = self.args.per_device_train_batch_size
-        gradients = None
+        gradients: list[tf.Tensor] = []
         for i in range(steps):
             if steps == 1:
                 f, lab = features, labels
             else:
                 f, lab = tf.nest.map_structure(lambda t, i=i: t[i * size:(i + 1) * size], (features, labels))
             grads = self.training_step(f, lab, nb_instances_in_global_batch)
-            gradients = grads if gradients is None else [a + b for a, b in zip(gradients, grads)]
+            gradients = [a + b for a, b in zip(gradients, grads)] if i else grads
         if self.args.max_grad_norm:
             gradients = self._clip(gradients)
         self.optimizer.apply_gradients(list(zip(gradients, self.model.trainable_variables)))
@@ -295,7 +304,7 @@ class TFTrainer:
         return tf.function(fn, jit_compile=True) if self.args.xla else tf.function(fn)
 
     def _checkpoint_manager(self) -> tuple[tf.train.Checkpoint, tf.train.CheckpointManager]:
-        folder = os.path.join(self.args.output_dir, PREFIX_CHECKPOINT_DIR)
+        folder = os.path.join(require_output_dir(self.args.output_dir), PREFIX_CHECKPOINT_DIR)
         ckpt = tf.train.Checkpoint(optimizer=self.optimizer, model=self.model)
         limit = self.args.save_total_limit
         manager = tf.train.CheckpointManager(ckpt, folder, max_to_keep=limit if limit else None)
@@ -463,8 +472,9 @@ class TFTrainer:
         eval_ds, steps, num_examples = self.get_eval_tfdataset(eval_dataset)
         with self.args.strategy.scope():
             output = self.prediction_loop(eval_ds, steps, num_examples, description="Evaluation")
-        self.log({**output.metrics})
-        return output.metrics
+        metrics = cast("dict[str, float]", output.metrics)  # prediction_loop always fills them
+        self.log({**metrics})
+        return metrics
 
     def predict(self, test_dataset: tf.data.Dataset) -> PredictionOutput:
         """Predictions (and labels and metrics when the dataset has labels) on ``test_dataset``."""
@@ -475,7 +485,7 @@ class TFTrainer:
     def save_model(self, output_dir: str | None = None) -> None:
         """Save the model: ``save_pretrained`` when the model has it, else Keras weights in
         ``output_dir/tf_model.weights.h5`` (reload with ``model.load_weights``)."""
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        output_dir = output_dir if output_dir is not None else require_output_dir(self.args.output_dir)
         logger.info("Saving model in %s", output_dir)
         os.makedirs(output_dir, exist_ok=True)
         if hasattr(self.model, "save_pretrained"):
