@@ -35,7 +35,7 @@ folder must be on a file system that every rank sees); the checkpoint also holds
 ``model.safetensors`` gathered by :meth:`full_state_dict`. ``model.load_state_dict`` accepts full (unsharded)
 tensors: they are cut into this rank's shards. DCP reshards ``fsdp_state`` for any number of ranks; a checkpoint of
 ``fsdp`` on one process (which trains on one device and writes ``optimizer.pt``) is cut into shards the same way
-(:mod:`trainwell.backends.elastic`).
+(:mod:`trainwell.backends.optimizer_state_forms`).
 """
 
 from __future__ import annotations
@@ -409,8 +409,8 @@ class FSDPBackend(SingleDeviceBackend):
 
     def _load_unsharded_optimizer(self, path: Path) -> None:
         """``optimizer.pt`` of a one-process run (whole tensors), cut into this rank's shards; the model weights came
-        from ``model.safetensors`` (see :mod:`trainwell.backends.elastic`)."""
-        from .elastic import shard_optimizer_state
+        from ``model.safetensors`` (see :mod:`trainwell.backends.optimizer_state_forms`)."""
+        from .optimizer_state_forms import shard_optimizer_state
 
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)

@@ -129,9 +129,10 @@ class SingleDeviceBackend:
 
     def load(self, folder: Path) -> None:
         """A checkpoint of FSDP (``fsdp_state/``, no ``optimizer.pt``): its sharded model and optimizer state, read
-        whole (see :mod:`trainwell.backends.elastic`); otherwise nothing beyond the common checkpoint files."""
+        whole (see :mod:`trainwell.backends.optimizer_state_forms`); otherwise nothing beyond the common checkpoint
+        files."""
         from ..checkpoint.layout import OPTIMIZER_NAME
-        from .elastic import FSDP_STATE_DIR, load_dcp_unsharded
+        from .optimizer_state_forms import FSDP_STATE_DIR, load_dcp_unsharded
 
         folder = Path(folder)
         if self.optimizer is None or (folder / OPTIMIZER_NAME).is_file():

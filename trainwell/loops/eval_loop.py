@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -21,7 +22,7 @@ import torch
 
 from ..utils.overrides import call_override
 from ..utils.reporting import speed_metrics
-from ..utils.trainer_utils import EvalLoopOutput, EvalPrediction, PredictionOutput
+from ..utils.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .accumulate import OutputAccumulator, find_batch_size
 from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows
 from .nested import nested_detach, nested_map, upcast_half
@@ -257,13 +258,13 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
         cast("_ScheduleFree", trainer.optimizer).eval()
     trainer.callback_handler.eval_dataloader = dataloader
     if args.past_index >= 0:
-        trainer._past = None
+        trainer._set_past(None)
     try:
         accumulators, batch_metrics, observed = _eval_batches(
             trainer, model, dataloader, description, prediction_loss_only, ignore_keys)
     finally:
         if args.past_index >= 0:
-            trainer._past = None  # not carried into training (upstream deletes it; None keeps the attribute)
+            trainer._set_past(None)  # not carried into training (upstream deletes it; None keeps the attribute)
         if optimizer_in_train_mode:
             cast("_ScheduleFree", trainer.optimizer).train()
     num_samples = _num_eval_samples(trainer, dataloader, observed)
@@ -469,7 +470,7 @@ def prediction_step(trainer: EvalLoopTrainer, model: Any, inputs: dict[str, Any]
         else:
             loss, outputs = None, model(**inputs)
             if trainer.args.past_index >= 0:
-                trainer._past = _past_from(outputs, trainer.args.past_index - 1)
+                trainer._set_past(_past_from(outputs, trainer.args.past_index - 1))
     if prediction_loss_only:
         return loss, None, None
     logits = nested_detach(_split_logits(outputs, ignore_keys, has_loss=loss is not None))
@@ -507,6 +508,10 @@ def _past_from(outputs: Any, index: int) -> Any:
     return values[index] if isinstance(values, (list, tuple)) and -len(values) <= index < len(values) else None
 
 
+# The reasons each trainer was already warned of (weak keys: a trainer's entry goes with it).
+_METRICS_SKIP_WARNED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
 def _warn_if_metrics_skipped(trainer: EvalLoopTrainer, preds: Any, labels: Any, description: str) -> None:
     """Warn once per reason when ``compute_metrics`` was given but could not run (upstream skips it silently)."""
     if preds is None:
@@ -517,7 +522,7 @@ def _warn_if_metrics_skipped(trainer: EvalLoopTrainer, preds: Any, labels: Any, 
                   "or set `label_names` in TrainingArguments")
     else:
         return
-    warned = trainer.__dict__.setdefault("_tw_metrics_skip_warned", set())
+    warned = _METRICS_SKIP_WARNED.setdefault(trainer, set())
     if reason not in warned:
         warned.add(reason)
         warnings.warn(f"compute_metrics was not called: {reason}.", UserWarning, stacklevel=4)

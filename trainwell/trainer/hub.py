@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ..utils.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, SaveStrategy
+from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
+from ..utils.option_enums import HubStrategy, SaveStrategy
 from .output_dir import require_output_dir
 
 if TYPE_CHECKING:

@@ -29,7 +29,9 @@ import numpy as np
 import tensorflow as tf
 
 from ...trainer.output_dir import require_output_dir
-from ...utils.trainer_utils import PREFIX_CHECKPOINT_DIR, EvalPrediction, IntervalStrategy, PredictionOutput, SaveStrategy
+from ...utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
+from ...utils.option_enums import IntervalStrategy, SaveStrategy
+from ...utils.outputs import EvalPrediction, PredictionOutput
 from .args import TFTrainingArguments
 from .optimization import create_optimizer
 
