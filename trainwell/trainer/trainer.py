@@ -8,7 +8,6 @@ import os
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -35,6 +34,7 @@ from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
 from ..utils.seeding import enable_full_determinism, set_seed
 from . import saving
 from .eval_model import model_for_eval
+from .inputs import BatchMover
 from .checkpoints import TrainerCheckpoints
 from .init_checks import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
                           initial_model, is_bitsandbytes_quantized)
@@ -51,8 +51,6 @@ DEFAULT_CALLBACKS: list[type[TrainerCallback]] = [DefaultFlowCallback]
 # What a hyper-parameter search's trials replace on the Trainer (see _tw_search_scope).
 _SEARCH_REPLACES = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler",
                     "label_smoother", "_tw_checkpoints", "backend")
-_ONLY_TENSORS = {torch.Tensor}
-_IS_CPU = attrgetter("is_cpu")
 
 
 def _no_flops(inputs: Any) -> int:
@@ -120,7 +118,7 @@ class Trainer:
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
         self.model_init = model_init
         self.backend = build_backend(args)
-        self._tw_device, self._tw_n_gpu = args.device, args.n_gpu  # hot-path copies of lazily computed properties
+        self._tw_n_gpu = args.n_gpu  # a hot-path copy of a lazily computed property
         model = initial_model(model, model_init, self.call_model_init)
         self.processing_class = processing_class
         if data_collator is None:
@@ -156,9 +154,7 @@ class Trainer:
         # The batch size in use: args.train_batch_size, lowered by auto_find_batch_size after out-of-memory errors.
         self._train_batch_size = self._tw_requested_batch_size = args.train_batch_size
         self._past: Any = None
-        self._tw_input_dtype: torch.dtype | None = None
-        # how _prepare_inputs moves a flat batch, picked by _adopt_input_dtype once the backend is set up
-        self._tw_flat_mover: Callable[[dict[str, Any]], dict[str, Any]] = self._tw_move_flat
+        self._tw_mover = BatchMover(args.device, nested=self._prepare_input)  # a run's: _adopt_input_dtype
         self._tw_flops_owner: nn.Module | None = None
         self._tw_flops_rule: Callable[[Any], int] = _no_flops
         self._tw_loss_takes_items: tuple[Any, bool] | None = None  # (compute_loss's function, takes num_items_in_batch)
@@ -309,20 +305,13 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- the step
     def _prepare_input(self, data: Any) -> Any:
-        if isinstance(data, torch.Tensor):
-            if self._tw_input_dtype is not None and (data.is_floating_point() or data.is_complex()):
-                return data.to(self._tw_device, dtype=self._tw_input_dtype, non_blocking=True)
-            return data.to(self._tw_device, non_blocking=True)
-        if isinstance(data, Mapping):
-            return type(data)({k: self._prepare_input(v) for k, v in data.items()})
-        if isinstance(data, (tuple, list)):
-            return type(data)(self._prepare_input(v) for v in data)
-        return data
+        """``data`` (tensors, nested in mappings, lists and tuples) on the device."""
+        return self._tw_mover.move(data)
 
     def _prepare_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Move a batch to the device (and feed back ``mems`` when ``past_index`` is set)."""
         if type(inputs) is dict and self._past is None:  # the common case: a flat dict from a collator
-            return self._tw_flat_mover(inputs)
+            return self._tw_mover.flat(inputs)
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
@@ -331,36 +320,10 @@ class Trainer:
             inputs["mems"] = self._past
         return inputs
 
-    def _tw_move_flat(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """A flat batch to the device."""
-        device = self._tw_device
-        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else self._prepare_input(v)
-                for k, v in inputs.items()}
-
-    def _tw_move_flat_cast(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """A flat batch to the device, floating-point tensors cast to the engine's dtype (DeepSpeed, as upstream)."""
-        device, dtype = self._tw_device, self._tw_input_dtype
-        return {k: (v.to(device, dtype=dtype, non_blocking=True) if v.is_floating_point() or v.is_complex()
-                    else v.to(device, non_blocking=True)) if isinstance(v, torch.Tensor) else self._prepare_input(v)
-                for k, v in inputs.items()}
-
-    def _tw_keep_flat_on_cpu(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """A flat batch for training on the CPU: its CPU tensors are kept as they are (``.to`` would return them)."""
-        values = inputs.values()
-        if set(map(type, values)) == _ONLY_TENSORS and all(map(_IS_CPU, values)):  # checked in C, whatever the keys
-            return dict(inputs)  # the common case, all CPU tensors: a copy (compute_loss may pop from it)
-        return {k: v if type(v) is torch.Tensor and v.is_cpu else self._prepare_input(v) for k, v in inputs.items()}
-
     def _adopt_input_dtype(self) -> None:
-        """Read once, after the backend built its engine, the dtype inputs must have (None: leave them as they are),
-        and pick the batch mover of this run, so that the step itself has no dtype or device branch."""
-        self._tw_input_dtype = self.backend.input_dtype
-        if self._tw_input_dtype is not None:
-            self._tw_flat_mover = self._tw_move_flat_cast
-        elif self._tw_device.type == "cpu":
-            self._tw_flat_mover = self._tw_keep_flat_on_cpu
-        else:
-            self._tw_flat_mover = self._tw_move_flat
+        """Pick the batch mover of this run, once the backend built its engine (which may want its floating-point
+        inputs in its dtype), so that the step itself has no dtype or device branch."""
+        self._tw_mover = BatchMover(self.args.device, self.backend.input_dtype, nested=self._prepare_input)
 
     def compute_loss_context_manager(self) -> AbstractContextManager[Any]:
         """The context the forward pass runs in (mixed-precision autocast, or nothing)."""
