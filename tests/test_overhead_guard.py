@@ -33,8 +33,10 @@ MAX_EXTRA_BYTECODES = 0.02
 # where used; 66 before the integrations, checkpoint I/O and samplers were); 39 with TrainingArguments' two bases
 # (args/validate.py, args/runtime.py, split out of args/fields.py) and the one table of trackers
 # (utils/tracker_table.py); 42 with utils/trainer_utils.py split into the modules named for what it held
-# (option_enums, outputs, seeding, checkpoint_names: under a millisecond more by -X importtime).
-MAX_TRAINER_IMPORT_MODULES = 43
+# (option_enums, outputs, seeding, checkpoint_names: under a millisecond more by -X importtime); 44 with the
+# Trainer's parts split out of trainer/trainer.py (inputs.py, run_fields.py, eval_model.py, loops/best_metric.py;
+# loops/train_hooks.py now loads with the first train()).
+MAX_TRAINER_IMPORT_MODULES = 44
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O and files, samplers,
 # collators, the training loop and its loss scaling, the optimizer and schedules, the backends, the opt-in callbacks.
 DEFERRED_MODULES = (

@@ -35,6 +35,7 @@ from ..utils.seeding import enable_full_determinism, set_seed
 from . import saving
 from .eval_model import model_for_eval
 from .inputs import BatchMover
+from .run_fields import RunField
 from .checkpoints import TrainerCheckpoints
 from .init_checks import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
                           initial_model, is_bitsandbytes_quantized)
@@ -73,6 +74,14 @@ class Trainer:
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
     # for a per-micro-batch mean; None decides from num_items_in_batch.
     loss_is_scaled_for_ga: bool | None = None
+    # Upstream's attributes whose values are the running train() call's (its loop state holds them).
+    current_flos = RunField("flos", 0.0, "FLOPs counted since the last ``store_flos`` (upstream's attribute).")
+    current_gradient_accumulation_steps = RunField(
+        "accumulation_divisor", 1, "What ``training_step`` divides a per-micro-batch mean loss by (upstream's "
+        "attribute): the loop sets it for every micro-batch to the window's items (labels, or rows) over this "
+        "micro-batch's, so that the window sums to the mean loss of one big batch.")
+    _total_loss_scalar = RunField("total_loss", 0.0, "The loss of the logged windows summed (upstream's attribute).")
+    _globalstep_last_logged = RunField("last_logged_step", 0, "The global step of the last training log (upstream's).")
 
     def __init__(
         self,
@@ -102,9 +111,7 @@ class Trainer:
         check_args_object(args)
         self.args = args
         self._tw_run: TrainingRun | None = None  # the running (or last) train() call's run
-        # current_flos and current_gradient_accumulation_steps before the first run (a run's loop holds them)
-        self._tw_idle_flos: float = 0.0
-        self._tw_idle_divisor: int | float | torch.Tensor = 1
+        self._tw_before_run: dict[str, Any] = {}  # the RunField attributes' values before the first run
         apply_accelerate_env(args)  # `accelerate launch` config -> arguments, before the device is resolved
         setup_process_logging(args)
         if tokenizer is not None:
@@ -548,52 +555,6 @@ class Trainer:
         if self.control.should_save:
             call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
             self.control = self.callback_handler.on_save(self.args, self.state, self.control)
-
-    @property
-    def _total_loss_scalar(self) -> float:
-        """The loss of the logged windows summed (upstream's attribute, read by some callbacks and subclasses)."""
-        return self._tw_run.loop.total_loss if self._tw_run is not None else 0.0
-
-    @_total_loss_scalar.setter
-    def _total_loss_scalar(self, value: float) -> None:
-        if self._tw_run is not None:
-            self._tw_run.loop.total_loss = value
-
-    @property
-    def _globalstep_last_logged(self) -> int:
-        """The global step of the last training log (upstream's attribute)."""
-        return self._tw_run.loop.last_logged_step if self._tw_run is not None else 0
-
-    @_globalstep_last_logged.setter
-    def _globalstep_last_logged(self, value: int) -> None:
-        if self._tw_run is not None:
-            self._tw_run.loop.last_logged_step = value
-
-    @property
-    def current_flos(self) -> float:
-        """FLOPs counted since the last ``store_flos`` (upstream's attribute; the running loop counts them)."""
-        return self._tw_run.loop.flos if self._tw_run is not None else self._tw_idle_flos
-
-    @current_flos.setter
-    def current_flos(self, value: float) -> None:
-        if self._tw_run is not None:
-            self._tw_run.loop.flos = value
-        else:
-            self._tw_idle_flos = value
-
-    @property
-    def current_gradient_accumulation_steps(self) -> int | float | torch.Tensor:
-        """What ``training_step`` divides a per-micro-batch mean loss by (upstream's attribute): the loop sets it for
-        every micro-batch to the window's items (labels, or rows) over this micro-batch's (a tensor when counted over
-        the ranks), so that the window sums to the mean loss of one big batch; 1 before training."""
-        return self._tw_run.loop.accumulation_divisor if self._tw_run is not None else self._tw_idle_divisor
-
-    @current_gradient_accumulation_steps.setter
-    def current_gradient_accumulation_steps(self, value: int | float | torch.Tensor) -> None:
-        if self._tw_run is not None:
-            self._tw_run.loop.accumulation_divisor = value
-        else:
-            self._tw_idle_divisor = value
 
     def _logged_learning_rate(self) -> float:
         """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
