@@ -238,3 +238,72 @@ def test_preemption_guard_is_noop_outside_main_thread():
     thread.start()
     thread.join()
     assert seen == {"active": False, "handler": before}
+
+
+class Held:
+    """A per-rank part (as the training loader's look-ahead): a state dict of this rank's own, possibly empty."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        self.state = state or {}
+        self.loads: list[dict] = []
+
+    def state_dict(self) -> dict:
+        return dict(self.state)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loads.append(state)
+        self.state = dict(state)
+
+
+def test_rank_parts_go_into_this_ranks_rng_file_and_come_back(tmp_path):
+    from trainwell.checkpoint.rng import read_rng_file
+
+    manager = CheckpointManager(tmp_path)
+    src = _setup(0)
+    src.rank_parts = {"trainwell_held": Held({"cpu": torch.arange(3)}), "trainwell_empty": Held()}
+    folder = manager.save(1, src)
+    saved = read_rng_file(folder / "rng_state.pth")
+    assert torch.equal(saved["trainwell_held"]["cpu"], torch.arange(3))
+    assert "trainwell_empty" not in saved  # an empty state is not written
+    dst = _setup(1, steps=0)
+    dst.rank_parts = {"trainwell_held": Held(), "trainwell_empty": Held({"stale": 1})}
+    manager.load(folder, dst)
+    assert torch.equal(dst.rank_parts["trainwell_held"].state["cpu"], torch.arange(3))
+    assert dst.rank_parts["trainwell_empty"].loads == [{}]  # none saved: loaded empty
+
+
+def test_rank_parts_are_not_saved_with_save_only_model_and_may_not_shadow_the_random_states(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    src = _setup(0)
+    src.save_only_model, src.rank_parts = True, {"trainwell_held": Held({"a": 1})}
+    folder = manager.save(1, src)
+    assert not (folder / "rng_state.pth").exists()
+    src = _setup(0)
+    src.rank_parts = {"cpu": Held({"a": 1})}
+    with pytest.raises(ValueError, match="'cpu'"):
+        manager.save(2, src)
+
+
+def test_a_resized_job_loads_the_rank_parts_of_the_rng_file_it_restores(tmp_path):
+    src = _setup(0)
+    src.rank_parts = {"trainwell_held": Held({"from": 0})}
+    folder = CheckpointManager(tmp_path).save(1, src)  # one process: rng_state.pth
+    dst = _setup(1, steps=0)
+    dst.rank_parts = {"trainwell_held": Held()}
+    CheckpointManager(tmp_path, rank=1, world_size=2, should_save=False).load(folder, dst)
+    assert dst.rank_parts["trainwell_held"].state == {"from": 0}  # the saving rank's, with its random streams
+
+
+def test_an_async_save_writes_the_rank_parts_as_they_were_when_it_was_asked(tmp_path):
+    from trainwell.checkpoint.async_save import AsyncSaver
+    from trainwell.checkpoint.rng import read_rng_file
+
+    manager, saver = CheckpointManager(tmp_path), AsyncSaver()
+    src = _setup(0)
+    part = Held({"step": torch.tensor([1])})
+    src.rank_parts = {"trainwell_held": part}
+    folder = saver.save(manager, 1, src)
+    part.state["step"].add_(1)  # the loop moves on while the save is written (in place, the worst case)
+    part.state = {"step": torch.tensor([5])}
+    saver.wait()
+    assert torch.equal(read_rng_file(folder / "rng_state.pth")["trainwell_held"]["step"], torch.tensor([1]))

@@ -18,13 +18,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from trainwell import Trainer, TrainingArguments
-from trainwell.checkpoint.rng import capture_rng_state, read_rng_file, rng_states_equal
+from trainwell.checkpoint.rng import capture_rng_state, read_rng_file, restore_rng_state, rng_states_equal
 from trainwell.loops.look_ahead import WATCHED_FETCHES, BatchLookAhead
-from trainwell.loops.loop_state import DataPosition, LoopState
-
-
-def _loop() -> LoopState:
-    return LoopState.start(DataPosition(), device=torch.device("cpu"), nan_inf_filter=False, accumulation_steps=1)
 
 
 def _drawing(n: int) -> Any:
@@ -33,35 +28,72 @@ def _drawing(n: int) -> Any:
 
 
 def test_an_undeclared_deterministic_loader_is_watched_then_left_alone():
-    look, loop = BatchLookAhead(None), _loop()
-    batches = look.batches(iter(range(30)), loop)
+    look = BatchLookAhead(None)
+    batches = look.batches(iter(range(30)))
     seen = [next(batches) for _ in range(WATCHED_FETCHES)]
     assert seen == list(range(WATCHED_FETCHES))
-    assert not look.keeps_states and loop.next_batch_rng is None  # every watched fetch left the streams as they were
+    assert not look.keeps_states and look.state_dict() == {}  # every watched fetch left the streams as they were
     assert list(batches) == list(range(WATCHED_FETCHES, 30))
 
 
 def test_a_drawing_loader_keeps_the_states_before_each_fetch():
-    look, loop = BatchLookAhead(None), _loop()
-    batches = look.batches(_drawing(20), loop)
+    look = BatchLookAhead(None)
+    batches = look.batches(_drawing(20))
     for _ in range(15):
         next(batches)
-        held = loop.next_batch_rng
-        assert held is not None and look.keeps_states
+        held = look.state_dict()
+        assert held and look.keeps_states
         # the states from before the held batch's fetch: restored, the same fetch draws the same number again
         now = capture_rng_state()
         assert not rng_states_equal(held, now)
-    assert len(list(batches)) == 5 and loop.next_batch_rng is None
+    assert len(list(batches)) == 5 and look.state_dict() == {}
 
 
 @pytest.mark.parametrize("declared", [True, False])
 def test_a_declaration_is_believed(declared):
-    look, loop = BatchLookAhead(declared), _loop()
-    batches = look.batches(iter(range(20)), loop)
+    look = BatchLookAhead(declared)
+    batches = look.batches(iter(range(20)))
     for _ in range(12):
         next(batches)
     assert look.keeps_states is declared  # True: kept although nothing drew; False: never taken
-    assert (loop.next_batch_rng is not None) is declared
+    assert bool(look.state_dict()) is declared
+
+
+def _drawing_from(start: int, n: int) -> Any:
+    for i in range(start, start + n):
+        yield i + torch.rand(()).item()
+
+
+def test_its_state_round_trips_and_a_resumed_epoch_fetches_its_first_batch_from_it():
+    torch.manual_seed(1)
+    look = BatchLookAhead(True)
+    batches = look.batches(_drawing(10))
+    next(batches)
+    saved = look.state_dict()  # the states before the fetch of the batch held ahead (batch 1)
+    expected = next(batches)
+    other = BatchLookAhead(True)
+    other.load_state_dict(saved)
+    assert rng_states_equal(other.state_dict(), saved)  # kept until the first fetch
+    torch.rand(())  # the streams moved on since (the steps' draws)
+    states = capture_rng_state()
+    resumed = other.batches(_drawing_from(1, 1), resuming=True)
+    assert next(resumed) == expected  # collated from the saved states: the same draw
+    assert rng_states_equal(states, capture_rng_state())  # and the streams continue where they were
+    assert list(resumed) == [] and other.state_dict() == {}
+    again = other.batches(_drawing_from(1, 1), resuming=True)  # the loaded states serve the first call only
+    assert next(again) != expected
+
+
+def test_loaded_states_are_not_used_by_an_epoch_that_starts_at_its_beginning():
+    look = BatchLookAhead(True)
+    look.load_state_dict(capture_rng_state())
+    torch.rand(())
+    states = capture_rng_state()
+    value = next(look.batches(_drawing(1)))
+    restore_rng_state(states)
+    assert value == torch.rand(()).item()  # drawn from the current streams, not the loaded ones
+    look.load_state_dict({})
+    assert look.state_dict() == {}
 
 
 class DropoutClassifier(nn.Module):

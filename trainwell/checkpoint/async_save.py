@@ -211,6 +211,9 @@ class AsyncSaver:
         else:  # this rank writes only its RNG file: no host copy of a state it does not write
             frozen = replace(contents, model_state_dict={}, optimizer=None, scheduler=None, extra={},
                              trainer_state=None, data_state=None, processing_class=None)
+        # every rank writes its per-rank parts (in its RNG file): their states now, as the random streams
+        frozen = replace(frozen, rank_parts={} if contents.save_only_model else {
+            name: _Frozen(copy.deepcopy(obj.state_dict())) for name, obj in contents.rank_parts.items()})
         rng_state = None if contents.save_only_model else capture_rng_state()
         write_engine = engine_snapshot() if engine_snapshot is not None else None
         engine_save = None if write_engine is None else (lambda tmp: write_engine(tmp, self.group))

@@ -55,6 +55,12 @@ class CheckpointContents:
     - ``processing_class``: tokenizer/processor; its ``save_pretrained(folder)`` is called when it has one.
     - ``save_only_model``: write weights (and state/args) only: no optimizer, scheduler, extras or RNG.
     - ``model_state_dict``: weights to write instead of ``model.state_dict()`` (gathered by a sharded backend).
+    - ``rank_parts``: ``{name: object with state_dict()/load_state_dict()}`` whose state is this rank's own (e.g. the
+      random states the training loader's look-ahead kept): each state dict is saved inside this rank's RNG file
+      under ``name`` (a key upstream's reader ignores; an empty state dict is not written, nor any with
+      ``save_only_model``), and loaded back by :meth:`CheckpointManager.load` from the RNG file the rank restores
+      its random streams from (another rank's when the number of processes changed, as the streams); an empty dict
+      when that file has none.
     """
 
     model: "nn.Module"
@@ -69,9 +75,7 @@ class CheckpointContents:
     safe_serialization: bool = True
     model_state_dict: dict[str, "torch.Tensor"] | None = None
     max_shard_size: int | str = "5GB"
-    # The random states from before the training loader fetched the batch it holds ahead (trainwell.loops): saved
-    # in the RNG file under NEXT_BATCH_RNG_KEY, which upstream's reader ignores.
-    next_batch_rng: dict[str, Any] | None = None
+    rank_parts: dict[str, Any] = field(default_factory=dict)
     # The Trainer's overridable methods, called where upstream calls them (None: the manager does the work itself).
     # Saving: ``write_model(folder, state_dict)`` writes the weights, config, processing class and
     # ``training_args.bin`` (the Trainer's ``_save``); ``write_optimizer_and_scheduler(folder)`` the optimizer and
@@ -87,7 +91,17 @@ class CheckpointContents:
     load_rng: Callable[[Path], None] | None = None
 
 
-NEXT_BATCH_RNG_KEY = "trainwell_next_batch"
+def with_rank_parts(rng_state: dict[str, Any], parts: dict[str, Any]) -> dict[str, Any]:
+    """``rng_state`` (this rank's RNG file) with the state dict of each of ``parts`` under its name (those with an
+    empty state dict left out); a name that is a key of the random states is refused."""
+    saved = dict(rng_state)
+    for name, obj in parts.items():
+        if name in rng_state:
+            raise ValueError(f"per-rank checkpoint part {name!r}: the RNG file already has that key")
+        state = obj.state_dict()
+        if state:
+            saved[name] = state
+    return saved
 
 
 def _torch_save(obj: Any, path: Path) -> None:
@@ -207,9 +221,7 @@ class CheckpointManager:
                 from .rng import capture_rng_state
 
                 state = rng_state if rng_state is not None else capture_rng_state()
-                if contents.next_batch_rng is not None:
-                    state = {**state, NEXT_BATCH_RNG_KEY: contents.next_batch_rng}
-                _torch_save(state, tmp / self.rng_file)
+                _torch_save(with_rank_parts(state, contents.rank_parts), tmp / self.rng_file)
 
         from .ranks import Ranks
         from .nodes import writes_here
@@ -381,7 +393,8 @@ class CheckpointManager:
 
     def load(self, folder: str | os.PathLike, contents: CheckpointContents, *, load_optimizer: bool = True,
              load_trainer_state: Callable[[str], Any] | None = None, verify: bool = True) -> dict[str, Any]:
-        """Restore ``contents`` from ``folder``: model weights (strict), optimizer, scheduler, extras, this rank's RNG.
+        """Restore ``contents`` from ``folder``: model weights (strict), optimizer, scheduler, extras, this rank's RNG
+        and ``rank_parts``.
 
         ``load_optimizer=False`` restores weights, data state and RNG only. Every file is validated before
         anything is applied (``verify=False`` skips the marker and pickle checks, when
@@ -415,13 +428,15 @@ class CheckpointManager:
                 self.apply_rng(folder)
             if "rng" in staged:
                 loaded.append("rng")
+            saved_rng = staged.get("rng") or {}
+            for name, obj in contents.rank_parts.items():  # from the same file as the streams (whatever restored them)
+                obj.load_state_dict(saved_rng.get(name) or {})
         finally:
             self._staged = None
         path = staged["trainer_state_path"]
         trainer_state = load_trainer_state(path) if (load_trainer_state and path) else None
         return {"data_state": staged["data_state"], "trainer_state_path": path,
-                "trainer_state": trainer_state, "loaded": loaded,
-                "next_batch_rng": staged["rng"].get(NEXT_BATCH_RNG_KEY) if "rng" in staged else None}
+                "trainer_state": trainer_state, "loaded": loaded}
 
     def _staged_for(self, folder: Path) -> dict[str, Any] | None:
         """What the load in progress read (and validated) from ``folder``; None outside such a load."""

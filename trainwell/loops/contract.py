@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..callbacks.state import TrainerControl, TrainerState
     from ..runtime.memory import TrainerMemoryTracker
     from ..utils.outputs import EvalLoopOutput
+    from .look_ahead import BatchLookAhead
     from .loop_state import Resumed, TrainPlan
     from .loss_scaling import WindowScaler
     from .run import TrainingRun
@@ -57,8 +58,9 @@ class RunCheckpoints(Protocol):
 
     preempted: bool
 
-    def load(self, folder: Path, plan: TrainPlan) -> Resumed:
-        """Restore everything saved in ``folder``; returns the data position and the loaded TrainerState."""
+    def load(self, folder: Path, plan: TrainPlan, look_ahead: BatchLookAhead) -> Resumed:
+        """Restore everything saved in ``folder`` (``look_ahead``'s state too); returns the data position and the
+        loaded TrainerState."""
 
     def stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """On a received SIGTERM/SIGINT: save a checkpoint, ask the loop to stop and return True."""

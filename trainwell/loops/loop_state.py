@@ -68,12 +68,11 @@ class DataPosition:
 
 
 class Resumed(NamedTuple):
-    """What a resume restored for the run: where the data stream stood, the checkpoint's TrainerState (None when it
-    has none) and the random states it kept for the batch its loader held ahead (None: none kept)."""
+    """What a resume restored for the run: where the data stream stood and the checkpoint's TrainerState (None when
+    it has none). (The run's stateful parts, its look-ahead among them, are loaded in place.)"""
 
     position: DataPosition
     state: TrainerState | None
-    next_batch_rng: dict[str, Any] | None
 
 
 @dataclass(eq=False)
@@ -101,10 +100,6 @@ class LoopState:
     flos: float = 0.0  # FLOPs counted since the last store_flos (the Trainer's current_flos)
     # What training_step divides the micro-batch's loss by (the Trainer's current_gradient_accumulation_steps)
     accumulation_divisor: int | float | torch.Tensor = 1
-    # The random states from just before the loader fetched the batch it holds ahead (None: nothing held, or the
-    # collator draws nothing); a checkpoint saves them so that a resume collates that batch again from them.
-    next_batch_rng: dict[str, Any] | None = None
-    resumed_next_batch_rng: dict[str, Any] | None = None  # those of the checkpoint this run resumed
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,

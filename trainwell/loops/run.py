@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from ..callbacks.state import TrainerControl, TrainerState
+from ..data.loader import collator_draws_randomness
 from ..utils import reporting
 from ..utils.losses import all_labels_ignored
 from ..utils.model_utils import activation_checkpointing, compile_model, enable_gradient_checkpointing, is_causal_lm
@@ -30,6 +31,7 @@ from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..utils.outputs import TrainOutput
 from . import train_hooks
+from .look_ahead import BatchLookAhead
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class TrainingRun:
         # 1. The data and how long training runs.
         self.dataloader: DataLoader = trainer.get_train_dataloader()
         self.plan: TrainPlan = plan_training(args, self.dataloader, args.world_size, batch_size)
+        # the loader's one-batch look-ahead: a stateful part of the checkpoint (its random states, per rank)
+        self.look_ahead = BatchLookAhead(collator_draws_randomness(self.dataloader))
         # 2. A fresh state (a resume replaces it in 4.) and control.
         trainer.state = self._fresh_state(trainer.state)
         trainer.control = TrainerControl()
@@ -81,12 +85,12 @@ class TrainingRun:
             train_mode = getattr(trainer.optimizer, "train", None)
             if callable(train_mode):  # schedule-free optimizers: train mode, as upstream
                 train_mode()
-            # 4. The checkpoint resumed: weights, optimizer, schedule, random states, TrainerState, data position.
+            # 4. The checkpoint resumed: weights, optimizer, schedule, random states (the look-ahead's too),
+            # TrainerState, data position.
             position = DataPosition()
-            self.resumed_next_batch_rng: dict[str, Any] | None = None
             if resume_from is not None:
-                resumed = self.checkpoints.load(resume_from, self.plan)
-                position, self.resumed_next_batch_rng = resumed.position, resumed.next_batch_rng
+                resumed = self.checkpoints.load(resume_from, self.plan, self.look_ahead)
+                position = resumed.position
                 if resumed.state is not None:
                     trainer.state = resumed.state
         except BaseException:

@@ -7,7 +7,7 @@ The loop is written against the Trainer's public (overridable) methods (``traini
     -> optimizer step -> on_optimizer_step -> scheduler step -> zero_grad -> on_step_end -> log / evaluate / save
 
 where everything between the two step events is :meth:`~trainwell.loops.step.StepRunner.step`, and the batches come
-one ahead of the step (:mod:`trainwell.loops.look_ahead`).
+one ahead of the step (the run's :class:`~trainwell.loops.look_ahead.BatchLookAhead`).
 
 The run (:class:`~trainwell.loops.run.TrainingRun`, built by ``Trainer.train()``) holds what the loop trains with;
 what the loop owns (the data position, the running losses) is its :class:`LoopState` (``run.loop``), read by the
@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
-from ..data.loader import collator_draws_randomness
-from .look_ahead import BatchLookAhead
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 from .loss_scaling import loss_divisors
 from .step import StepRunner
@@ -97,7 +95,6 @@ def run_training(run: TrainingRun) -> TrainingRun:
     trainer, args, plan, loop, model = run.trainer, run.args, run.plan, run.loop, run.wrapped
     state, cb, trial, ignore_keys_for_eval = run.state, run.callbacks, run.trial, run.ignore_keys_for_eval
     position, tr_loss = loop.position, loop.tr_loss
-    look_ahead = BatchLookAhead(collator_draws_randomness(run.dataloader))
     log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, run.checkpoints.stop_if_preempted
     runner: StepRunner | None = None  # built on the run's first batch (which decides how windows are normalised)
     run.start_time = start_time = time.time()
@@ -109,7 +106,7 @@ def run_training(run: TrainingRun) -> TrainingRun:
     for epoch in range(position.epoch, plan.num_epochs):
         position.epoch, position.batches_in_epoch = epoch, skip
         iterator = _epoch_iterator(args.seed, run.dataloader, epoch, skip)
-        iterator = look_ahead.batches(iterator, loop, run.resumed_next_batch_rng if skip else None)
+        iterator = run.look_ahead.batches(iterator, resuming=skip > 0)
         skip = 0
         model.train()
         if args.past_index >= 0:
