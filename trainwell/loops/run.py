@@ -29,7 +29,9 @@ from ..utils.losses import all_labels_ignored
 from ..utils.model_utils import activation_checkpointing, compile_model, enable_gradient_checkpointing, is_causal_lm
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
+from ..utils.option_enums import SaveStrategy
 from ..utils.outputs import TrainOutput
+from .best_metric import MissingMetricError, is_new_best
 from . import train_hooks
 from .look_ahead import BatchLookAhead
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from .contract import RunTrainer
     from .loss_scaling import WindowScaler
 
-__all__ = ["TrainingRun", "finish", "log_training_window", "window_scaler"]
+__all__ = ["TrainingRun", "finish", "log_save_evaluate", "log_training_window", "logged_learning_rate", "window_scaler"]
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 T = TypeVar("T")
@@ -178,9 +180,44 @@ def log_training_window(run: TrainingRun, grad_norm: torch.Tensor | float | None
     logs: dict[str, float] = {"loss": window / steps}
     if grad_norm is not None:
         logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
-    logs["learning_rate"] = trainer._logged_learning_rate()
+    logs["learning_rate"] = logged_learning_rate(run)
     trainer.store_flos()
     call_override(trainer, "log", logs, start_time=start_time)
+
+
+def logged_learning_rate(run: TrainingRun) -> float:
+    """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
+    used = run.loop.step_learning_rate
+    return float(used) if used is not None else run.trainer._get_learning_rate()
+
+
+def log_save_evaluate(run: TrainingRun | None, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
+                      model: nn.Module, trial: Any, ignore_keys_for_eval: list[str] | None,
+                      start_time: float | None = None) -> None:
+    """The Trainer's ``_maybe_log_save_evaluate``: log, evaluate and save as ``control`` asks, in that order; the
+    best metric is tracked at every evaluation (``load_best_model_at_end``, rotation and ``save_strategy="best"``
+    need it). A missing ``metric_for_best_model`` raises after the checkpoint due at this step is written."""
+    if run is None:
+        raise RuntimeError("_maybe_log_save_evaluate is called by the training loop, after train() started its run")
+    trainer, args = run.trainer, run.args
+    if trainer.control.should_log and run.state.global_step > run.loop.last_logged_step:
+        log_training_window(run, grad_norm, start_time)
+    if trainer.control.should_evaluate:
+        try:
+            metrics = trainer._evaluate(trial, ignore_keys_for_eval)
+            new_best = is_new_best(args, run.state, metrics)
+        except MissingMetricError as err:
+            model.train()
+            if trainer.control.should_save:
+                folder = call_override(trainer, "_save_checkpoint", model, trial, tr_loss=tr_loss)
+                err.args = (f"{err.args[0]} The checkpoint of this step was saved first: {folder}",)
+            raise
+        model.train()
+        if new_best and args.save_strategy == SaveStrategy.BEST:
+            trainer.control.should_save = True
+    if trainer.control.should_save:
+        call_override(trainer, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
+        trainer.control = run.callbacks.on_save(args, run.state, trainer.control)
 
 
 def finish(run: TrainingRun) -> TrainOutput:

@@ -358,6 +358,16 @@ def mean_across_ranks(tensor: "torch.Tensor") -> "torch.Tensor":
     return reduced / dist.get_world_size()
 
 
+def sum_across_ranks(value: float, device: Any) -> float:
+    """``value`` summed over all ranks, as the world size times their mean in float64 (upstream's FLOP count); a
+    collective with a process group, ``value`` itself without."""
+    if not is_dist():
+        return value
+    import torch
+
+    return float(mean_across_ranks(torch.tensor(value, dtype=torch.float64, device=device))) * get_world_size()
+
+
 _T = TypeVar("_T")
 
 

@@ -56,3 +56,18 @@ def trial_arguments_from(args: Any, trial: Any) -> Any:
     params = {k: v for k, v in trial.items() if k != "wandb"}  # upstream drops W&B's entry of a Ray config
     logger.info("Trial hyper-parameters: %s", params)
     return trial_arguments(args, params, args.output_dir, source="train(trial=...) got")
+
+
+def tensor_parallel_size(model: nn.Module, *, deepspeed: bool) -> int:
+    """The model's ``_tp_size`` (loaded with a tensor-parallel plan), else DeepSpeed's ``tensor_parallel.autotp_size``
+    when DeepSpeed is on, else 1."""
+    model_tp = getattr(model, "_tp_size", None)
+    if model_tp is not None:
+        return int(model_tp)
+    if deepspeed:
+        from ..backends.deepspeed.config import get_deepspeed_config
+
+        live = get_deepspeed_config()
+        if live is not None:
+            return int(live.get_value("tensor_parallel.autotp_size", 1))
+    return 1

@@ -21,24 +21,23 @@ from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..callbacks.state import TrainerControl, TrainerState
 from ..loops import eval_loop
-from ..loops.best_metric import MissingMetricError, is_new_best, metric_value
+from ..loops.best_metric import metric_value
+from ..utils import reporting
+from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
 from ..utils.model_utils import accepts_loss_kwargs, find_labels, flops_rule, forward_parameters, is_causal_lm
 from ..utils.model_utils import unwrap_model
-from ..utils import reporting
-from ..utils.overrides import accepts, call_override
-from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
-from ..utils.option_enums import SaveStrategy
 from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
+from ..utils.overrides import accepts, call_override
 from ..utils.seeding import enable_full_determinism, set_seed
 from . import saving
-from .eval_model import model_for_eval
-from .inputs import BatchMover
-from .run_fields import RunField
 from .checkpoints import TrainerCheckpoints
+from .eval_model import model_for_eval
 from .init_checks import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
                           initial_model, is_bitsandbytes_quantized)
+from .inputs import BatchMover
+from .run_fields import RunField
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
     from ..loops.loss_scaling import WindowScaler
@@ -532,34 +531,11 @@ class Trainer:
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
                                  start_time: float | None = None) -> None:
-        """Log, evaluate and save as ``self.control`` asks (in that order)."""
-        if self.control.should_log and self.state.global_step > self._globalstep_last_logged and self._tw_run:
-            from ..loops.run import log_training_window
+        """Log, evaluate and save as ``self.control`` asks, in that order (see
+        :func:`trainwell.loops.run.log_save_evaluate`)."""
+        from ..loops.run import log_save_evaluate
 
-            log_training_window(self._tw_run, grad_norm, start_time)
-        metrics = None
-        if self.control.should_evaluate:
-            try:
-                metrics = self._evaluate(trial, ignore_keys_for_eval)
-                # Track the best metric whatever the save strategy: load_best_model_at_end and rotation need it.
-                new_best = self._is_new_best(metrics)
-            except MissingMetricError as err:
-                model.train()
-                if self.control.should_save:  # the checkpoint due at this step is written before stopping
-                    folder = call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)
-                    err.args = (f"{err.args[0]} The checkpoint of this step was saved first: {folder}",)
-                raise
-            model.train()
-            if new_best and self.args.save_strategy == SaveStrategy.BEST:
-                self.control.should_save = True
-        if self.control.should_save:
-            call_override(self, "_save_checkpoint", model, trial, tr_loss=tr_loss)  # old (model, trial) overrides
-            self.control = self.callback_handler.on_save(self.args, self.state, self.control)
-
-    def _logged_learning_rate(self) -> float:
-        """The rate the last optimizer step used (upstream >= 4.5x logs it, not the one the scheduler moved to)."""
-        used = self._tw_run.loop.step_learning_rate if self._tw_run is not None else None
-        return float(used) if used is not None else self._get_learning_rate()
+        log_save_evaluate(self._tw_run, tr_loss, grad_norm, model, trial, ignore_keys_for_eval, start_time)
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:
@@ -573,20 +549,12 @@ class Trainer:
             self.lr_scheduler.step(metric_value(metrics, key))
         return metrics
 
-    def _is_new_best(self, metrics: dict[str, float] | None) -> bool:
-        """Record ``best_metric`` / ``best_global_step``; True when ``metrics`` improve on the best so far."""
-        return is_new_best(self.args, self.state, metrics)
-
     def store_flos(self) -> None:
         """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a
         collective when several processes train: every rank calls it at the same log, save and end of training)."""
-        flos = self.current_flos
-        from ..runtime.distributed import get_world_size, is_dist, mean_across_ranks
+        from ..runtime.distributed import sum_across_ranks
 
-        if is_dist():
-            flos = float(mean_across_ranks(torch.tensor(flos, dtype=torch.float64, device=self.args.device))
-                         ) * get_world_size()
-        self.state.total_flos += flos
+        self.state.total_flos += sum_across_ranks(self.current_flos, self.args.device)
         self.current_flos = 0.0
 
     # ------------------------------------------------------------------------------------------- logging
@@ -852,16 +820,9 @@ class Trainer:
     def get_tp_size(self) -> int:
         """The tensor-parallel degree: the model's ``_tp_size`` (a model loaded with a tensor-parallel plan), else
         DeepSpeed's ``tensor_parallel.autotp_size``, else 1 (trainwell runs no tensor parallelism of its own)."""
-        model_tp = getattr(self.model, "_tp_size", None)
-        if model_tp is not None:
-            return int(model_tp)
-        if self.is_deepspeed_enabled:
-            from ..backends.deepspeed.config import get_deepspeed_config
+        from .compat import tensor_parallel_size
 
-            live = get_deepspeed_config()
-            if live is not None:
-                return int(live.get_value("tensor_parallel.autotp_size", 1))
-        return 1
+        return tensor_parallel_size(self.model, deepspeed=self.is_deepspeed_enabled)
 
     def get_num_trainable_parameters(self) -> int:
         """Number of parameters with ``requires_grad``."""
