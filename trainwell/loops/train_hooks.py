@@ -8,7 +8,7 @@ training ends, after an error too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -48,7 +48,8 @@ def neftune_post_forward_hook(module: nn.Module, inputs: Any, output: torch.Tens
     """NEFTune: uniform noise of magnitude ``alpha / sqrt(seq_len * hidden)`` on the embeddings, in training only."""
     if module.training:
         # float32 arithmetic, as upstream's hook, so the same generator state gives the same noise bit for bit
-        mag_norm = module.neftune_noise_alpha / torch.sqrt(torch.tensor(output.size(1) * output.size(2)))
+        alpha: float = getattr(module, "neftune_noise_alpha")
+        mag_norm = cast(float, alpha / torch.sqrt(torch.tensor(output.size(1) * output.size(2))))  # a 0-d tensor
         output = output + torch.zeros_like(output).uniform_(-mag_norm, mag_norm)
     return output
 
@@ -115,7 +116,7 @@ def attach(args: TrainingArguments, model: nn.Module, callbacks: CallbackHandler
             hooks.handles.append(model.register_forward_hook(float32_outputs_hook))
         if args.neftune_noise_alpha is not None:
             embeddings = _input_embeddings(model)
-            embeddings.neftune_noise_alpha = args.neftune_noise_alpha
+            setattr(embeddings, "neftune_noise_alpha", args.neftune_noise_alpha)  # read by the hook
             hooks.handles.append(embeddings.register_forward_hook(neftune_post_forward_hook))
             hooks.neftune_embeddings = embeddings
         if DebugOption.UNDERFLOW_OVERFLOW in args.debug:
@@ -128,7 +129,8 @@ def attach(args: TrainingArguments, model: nn.Module, callbacks: CallbackHandler
         if args.use_liger_kernel:  # args refused it when the package is missing
             from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
-            _apply_liger_kernel_to_instance(model=unwrap_model(model), **(args.liger_kernel_config or {}))
+            config = args.liger_kernel_config if isinstance(args.liger_kernel_config, dict) else {}  # parsed by args
+            _apply_liger_kernel_to_instance(model=unwrap_model(model), **config)
         if args.torch_empty_cache_steps is not None:
             callback = EmptyCacheCallback(args.torch_empty_cache_steps, args.device)
             callbacks.add_callback(callback)
