@@ -533,9 +533,11 @@ class Trainer:
                                  start_time: float | None = None) -> None:
         """Log, evaluate and save as ``self.control`` asks, in that order (see
         :func:`trainwell.loops.run.log_save_evaluate`)."""
-        from ..loops.run import log_save_evaluate
+        control = self.control
+        if control.should_log or control.should_evaluate or control.should_save:  # (most steps: none of them)
+            from ..loops.run import log_save_evaluate
 
-        log_save_evaluate(self._tw_run, tr_loss, grad_norm, model, trial, ignore_keys_for_eval, start_time)
+            log_save_evaluate(self._tw_run, tr_loss, grad_norm, model, trial, ignore_keys_for_eval, start_time)
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:

@@ -3,8 +3,8 @@
 Upstream added arguments to overridable methods over the years (``compute_loss(..., num_items_in_batch)``,
 ``training_step(model, inputs, num_items_in_batch)``, ``create_scheduler(num_training_steps, optimizer)``,
 ``log(logs, start_time)``...). A subclass written for an older signature must keep working, so the Trainer and the
-loops call such methods through :func:`call_override`: the method's signature is read once (cached on the instance,
-keyed by the function, so a later monkey-patch is seen) and the call passes the leading positional arguments and the
+loops call such methods through :func:`call_override`: the method's signature is read once per function (so a
+later monkey-patch is seen) and the call passes the leading positional arguments and the
 keyword arguments it accepts, and drops the others.
 
 Only arguments that are optional by contract (added later upstream, with a default that means "not given") may be
@@ -14,10 +14,12 @@ dropped this way; callers put them last.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
-_CACHE_ATTR = "_tw_override_signatures"
+# What each function accepts, read once per function (weak keys: a function redefined or dropped goes with its entry).
+_SIGNATURES: weakref.WeakKeyDictionary[Any, Accepts] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -47,15 +49,13 @@ def signature_accepts(fn: Any) -> Accepts:
 
 def _spec(obj: Any, name: str, method: Any) -> Accepts:
     key = getattr(method, "__func__", method)
-    try:  # the hit is the common case (called per micro-batch): one lookup chain, no allocation
-        entry = obj.__dict__[_CACHE_ATTR][name]
-        if entry[0] is key:
-            return entry[1]
+    try:  # the hit is the common case (called per micro-batch): one lookup, no allocation
+        return _SIGNATURES[key]
     except KeyError:
-        pass
-    cache = obj.__dict__.setdefault(_CACHE_ATTR, {})
-    entry = cache[name] = (key, signature_accepts(method))
-    return entry[1]
+        spec = _SIGNATURES[key] = signature_accepts(method)
+        return spec
+    except TypeError:  # a callable that takes no weak reference: read every time
+        return signature_accepts(method)
 
 
 def accepts(obj: Any, name: str) -> Accepts:
