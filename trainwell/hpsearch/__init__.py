@@ -15,11 +15,14 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal, cast
 
 from ..callbacks import TrainerCallback
 from ..utils.outputs import BestRun
 from .trials import FIXED_AT_INIT, trial_arguments  # noqa: F401  (importable from here too)
+
+if TYPE_CHECKING:
+    from ..trainer.trainer import Trainer
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -89,7 +92,10 @@ def resolve_backend(backend: str | HPSearchBackend | None) -> HPSearchBackend:
     return HPSearchBackend.OPTUNA
 
 
-def _directions(direction: str | Sequence[str]) -> list[str]:
+Direction = Literal["minimize", "maximize"]
+
+
+def _directions(direction: str | Sequence[str]) -> list[Direction]:
     """``direction`` as a list of "minimize"/"maximize" (one per objective)."""
     items = [direction] if isinstance(direction, (str, Enum)) else list(direction)
     names = [str(getattr(item, "name", item)).lower() for item in items]
@@ -97,7 +103,7 @@ def _directions(direction: str | Sequence[str]) -> list[str]:
     if not names or bad:
         raise ValueError(f"hyperparameter_search: direction={direction!r} is not valid; use 'minimize', "
                          "'maximize' or a list of them (one per objective)")
-    return names
+    return [cast(Direction, name) for name in names]
 
 
 class HPSearchCallback(TrainerCallback):
@@ -160,7 +166,7 @@ def _objective_value(objective: Any, n_objectives: int) -> float | list[float]:
     return [float(value) for value in objective]
 
 
-def _run_trial(trainer: Any, trial: Any, base_args: Any, search: dict[str, Any]) -> float | list[float]:
+def _run_trial(trainer: Trainer, trial: Any, base_args: Any, search: dict[str, Any]) -> float | list[float]:
     """Train and evaluate one trial; returns its objective (raises ``optuna.TrialPruned`` when pruned)."""
     import optuna
 
@@ -221,7 +227,7 @@ def _best_runs(study: Any, n_objectives: int) -> BestRun | list[BestRun]:
 
 
 def run_hyperparameter_search(
-    trainer: Any,
+    trainer: Trainer,
     hp_space: Callable[[Any], dict[str, Any]] | None = None,
     compute_objective: Callable[[dict[str, float]], Any] | None = None,
     n_trials: int = 20,

@@ -15,12 +15,16 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..callbacks import TrainerCallback
 from ..utils.outputs import BestRun
 from .trials import trial_arguments
+
+if TYPE_CHECKING:
+    from ..trainer.trainer import Trainer
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -91,12 +95,14 @@ class RayReportCallback(TrainerCallback):
             self.pending = None
 
 
-def _trainable(config: dict[str, Any], local_trainer: Any = None, base_args: Any = None,
+def _trainable(config: dict[str, Any], local_trainer: Trainer | None = None, base_args: Any = None,
                hp_name: Callable[[Any], str] | None = None) -> None:
     """One Ray trial, in a Ray worker: train (resuming from Ray's checkpoint when it restarts the trial), evaluate."""
     from ray import tune
 
     trainer = local_trainer
+    if trainer is None:
+        raise ValueError("_trainable runs a Ray trial of a Trainer: pass it as local_trainer (tune.with_parameters)")
     name = hp_name(config) if hp_name is not None else f"run-{tune.get_context().get_trial_id()}"
     params = {key: value for key, value in config.items() if key != "wandb"}  # (train(trial=config) sets them again)
     # its own arguments, checkpoint folder and backend (a new GradScaler), as upstream's new Accelerator per trial
@@ -115,8 +121,8 @@ def _trainable(config: dict[str, Any], local_trainer: Any = None, base_args: Any
     tune.report({**metrics, "objective": float(callback.compute_objective(dict(metrics))), "done": True})
 
 
-def run_hp_search_ray(trainer: Any, hp_space: Callable[[Any], dict[str, Any]] | None, compute_objective: Callable,
-                      n_trials: int, direction: str, hp_name: Callable[[Any], str] | None,
+def run_hp_search_ray(trainer: Trainer, hp_space: Callable[[Any], dict[str, Any]] | None, compute_objective: Callable,
+                      n_trials: int, direction: str | Sequence[str], hp_name: Callable[[Any], str] | None,
                       **kwargs: Any) -> BestRun:
     """Run the trials with ``ray.tune.run`` (``kwargs`` go to it: ``resources_per_trial``, ``scheduler``,
     ``search_alg``, ``storage_path``, ``name``, ``resume``...); returns the best trial as a ``BestRun``."""
