@@ -173,7 +173,8 @@ class TrainPlan:
     total_train_batch_size: int
 
 
-def plan_training(args: TrainingArguments, dataloader: Any, world_size: int, batch_size: int | None = None) -> TrainPlan:
+def plan_training(args: TrainingArguments, dataloader: Any, world_size: int,
+                  batch_size: int | None = None) -> TrainPlan:
     """Steps and epochs from ``num_train_epochs`` (fractional allowed) or ``max_steps``.
 
     ``batch_size`` is the per-process batch size in use (``args.train_batch_size`` unless ``auto_find_batch_size``

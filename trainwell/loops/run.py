@@ -63,7 +63,8 @@ class TrainingRun:
                  optimizers: tuple[torch.optim.Optimizer | None, Any] | None = None) -> None:
         args = trainer.args
         self.trainer, self.args, self.trial, self.ignore_keys_for_eval = trainer, args, trial, ignore_keys_for_eval
-        self.backend, self.callbacks, self.checkpoints = trainer.backend, trainer.callback_handler, trainer._tw_checkpoints
+        self.backend, self.callbacks = trainer.backend, trainer.callback_handler
+        self.checkpoints = trainer._tw_checkpoints  # the resume, the preemption check, the background save
         self.resumed_from, self.warned_non_finite = resume_from, False
         self.start_time = 0.0  # set by the loop when the first event is sent
         if batch_size is not None:
