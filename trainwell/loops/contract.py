@@ -102,12 +102,15 @@ class RunTrainer(TrainLoopTrainer, Protocol):
 
     model_wrapped: nn.Module
     label_names: list[str]
-    compute_loss_func: Callable[..., Any] | None
+    compute_loss_func: Callable[..., torch.Tensor] | None
     label_smoother: Any
     _train_batch_size: int
     _memory_tracker: TrainerMemoryTracker
-    _tw_checkpoints: RunCheckpoints  # the Trainer's checkpoint part (trainwell.trainer.checkpoints)
     _tw_run: TrainingRun | None
+
+    @property
+    def _tw_checkpoints(self) -> RunCheckpoints:  # read only: the Trainer holds its own TrainerCheckpoints
+        """The Trainer's checkpoint part (:mod:`trainwell.trainer.checkpoints`)."""
 
     def get_train_dataloader(self) -> DataLoader: ...
 
@@ -187,5 +190,6 @@ def protocol_members(protocol: type) -> set[str]:
         if klass is object or klass is Protocol or not getattr(klass, "_is_protocol", False):
             continue
         names.update(getattr(klass, "__annotations__", {}))
-        names.update(name for name, value in vars(klass).items() if callable(value) and not name.startswith("__"))
+        names.update(name for name, value in vars(klass).items()
+                     if (callable(value) or isinstance(value, property)) and not name.startswith("__"))
     return names - {"_is_protocol", "_is_runtime_protocol"}

@@ -95,7 +95,11 @@ class HubHost(Protocol):
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None: ...
 
-    def create_model_card(self, **kwargs: Any) -> None: ...
+    def create_model_card(self, language: str | None = None, license: str | None = None,
+                          tags: str | list[str] | None = None, model_name: str | None = None,
+                          finetuned_from: str | None = None, tasks: str | list[str] | None = None,
+                          dataset_tags: str | list[str] | None = None, dataset: str | list[str] | None = None,
+                          dataset_args: str | list[str] | None = None) -> None: ...
 
 
 class TrainerHub:
