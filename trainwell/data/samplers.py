@@ -315,10 +315,10 @@ class LengthGroupedSampler(_SeekableSampler):
 
 
 def infer_lengths(dataset: Any, model_input_name: str = "input_ids",
-                  length_column_name: str = "length") -> list[int]:
+                  length_column_name: str | None = "length") -> list[int]:
     """Example lengths for :class:`LengthGroupedSampler`.
 
-    Reads the precomputed ``length_column_name`` column of a ``datasets.Dataset`` when it has one, else
+    Reads the precomputed ``length_column_name`` column (None: none) of a ``datasets.Dataset`` when it has one, else
     ``len(example[model_input_name])`` for every example.
     """
     columns = getattr(dataset, "column_names", None)

@@ -481,3 +481,15 @@ def get_scheduler(
     return schedule_func(
         optimizer, num_warmup_steps=num_warmup_steps, num_training_steps=num_training_steps, **kwargs
     )
+
+
+def trainer_scheduler(args: Any, optimizer: Optimizer | None, num_training_steps: int) -> LambdaLR | ReduceLROnPlateau:
+    """``Trainer.create_scheduler``'s schedule: the TrainingArguments ``args``' ``lr_scheduler_type`` with their
+    ``lr_scheduler_kwargs`` and warm-up, over ``num_training_steps`` optimizer steps of ``optimizer``."""
+    if optimizer is None:  # (torch's schedulers fail on None: LambdaLR with an AttributeError)
+        raise TypeError("create_scheduler needs an optimizer: none was passed and trainer.optimizer is None "
+                        "(call create_optimizer() first)")
+    return get_scheduler(args.lr_scheduler_type, optimizer=optimizer,
+                         num_warmup_steps=args.get_warmup_steps(num_training_steps),
+                         num_training_steps=num_training_steps,
+                         scheduler_specific_kwargs=dict(args.lr_scheduler_kwargs or {}))  # parsed by the arguments

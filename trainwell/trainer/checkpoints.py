@@ -8,8 +8,7 @@ where upstream calls an overridable method (``_save_checkpoint``, ``push_to_hub`
 the Trainer's, so that a subclass's override is reached (a checkpoint's files are written by the Trainer's ``_save``
 and ``_save_optimizer_and_scheduler``, a resume loads through ``_load_from_checkpoint``,
 ``_load_optimizer_and_scheduler`` and ``_load_rng_state``; what they do by default is :mod:`.saving`). The file work
-itself (atomic folders, validation, rotation, RNG) is :mod:`trainwell.checkpoint`.
-"""
+itself (atomic folders, validation, rotation, RNG) is :mod:`trainwell.checkpoint`."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from ..backends.base import Backend
 from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
-from .output_dir import claim_output_dir, resume_advice
+from .output_dir import claim_output_dir, require_output_dir, resume_advice
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ..args.fields import TrainingArguments
@@ -102,7 +101,7 @@ class TrainerCheckpoints:
 
         self._trainer = trainer  # read for what changes while training; its overridable methods are called back
         self.args, self.backend = args, backend
-        self.manager = CheckpointManager(args.output_dir, save_total_limit=args.save_total_limit,
+        self.manager = CheckpointManager(require_output_dir(args.output_dir), save_total_limit=args.save_total_limit,
                                          rank=args.process_index, world_size=args.world_size,
                                          should_save=args.should_save,
                                          trust_pickles=bool(getattr(args, "trust_checkpoint_pickles", False)))
@@ -148,8 +147,7 @@ class TrainerCheckpoints:
         files are written by the Trainer's ``_save`` and ``_save_optimizer_and_scheduler`` (a synchronous save).
         ``tr_loss`` is accepted for the callers' sake: the running loss is read from ``loop`` (so that an override
         calling ``super()._save_checkpoint(model, trial)`` without it still writes ``data_state.json``).
-        ``look_ahead``: the loader's look-ahead, a part saved per rank (default, with ``loop``: the running run's).
-        """
+        ``look_ahead``: the loader's look-ahead, a part saved per rank (default, with ``loop``: the running run's)."""
         from ..checkpoint.manager import CheckpointContents
         from ..loops.look_ahead import CHECKPOINT_NAME
 
@@ -168,7 +166,7 @@ class TrainerCheckpoints:
             scheduler=trainer.lr_scheduler, extra=dict(self.backend.state_dicts()), trainer_state=trainer.state,
             args=self.args, data_state=data_state, processing_class=trainer.processing_class,
             rank_parts={CHECKPOINT_NAME: look_ahead} if look_ahead is not None else {},
-            save_only_model=self.args.save_only_model, safe_serialization=self.args.save_safetensors,
+            save_only_model=self.args.save_only_model, safe_serialization=bool(self.args.save_safetensors),
             model_state_dict=None if not sharded else (self.backend.stream_state_dict(model_save=False) if stream
                                                          else self.backend.full_state_dict()))
 
@@ -177,8 +175,7 @@ class TrainerCheckpoints:
         """The checkpoint folder to resume from (None to start fresh).
 
         Takes the ``output_dir`` lock first (world process zero; released by :meth:`release_output_dir`), then
-        removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone.
-        """
+        removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone."""
         from ..checkpoint.layout import cleanup_incomplete
 
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
@@ -187,11 +184,11 @@ class TrainerCheckpoints:
         recovered: list[Path] = []
         try:
             if self.args.should_save:
-                removed = cleanup_incomplete(self.args.output_dir, at_startup=True, recovered=recovered)
+                removed = cleanup_incomplete(require_output_dir(self.args.output_dir), at_startup=True,
+                                             recovered=recovered)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save or DeepSpeed "
-                                   "conversion: %s",
-                                   [str(p) for p in removed])
+                                   "conversion: %s", [str(p) for p in removed])
             self._wait_for_cleanup()
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self.resume_with_fallback = resume_from_checkpoint is True
@@ -284,7 +281,7 @@ class TrainerCheckpoints:
         if not self.args.should_save or self.args.save_strategy == "no":
             return
         start = resume_from.resolve() if resume_from is not None else None
-        newer = [p for p in list_foreign_checkpoints(self.args.output_dir) if p.resolve() != start]
+        newer = [p for p in list_foreign_checkpoints(require_output_dir(self.args.output_dir)) if p.resolve() != start]
         if newer:
             logger.warning("output_dir holds checkpoint folders trainwell did not write (no marker): %s. They are "
                            "never deleted nor rotated, and a save at the same step fails instead of replacing them; "
@@ -391,7 +388,8 @@ class TrainerCheckpoints:
         saved_ranks = len(data_state.get("tr_loss_per_rank") or [])
         saved_batch, saved_per_epoch = data_state.get("train_batch_size"), data_state.get("batches_per_epoch")
         per_epoch, args, batch = plan.micro_batches_per_epoch, self.args, self._trainer._train_batch_size
-        if saved_ranks in (0, args.world_size) or per_epoch is None or None in (saved_ga, saved_batch, saved_per_epoch):
+        if saved_ranks in (0, args.world_size) or per_epoch is None or saved_ga is None or saved_batch is None \
+                or saved_per_epoch is None:
             return False
         return (saved_batch * saved_ga * saved_ranks == batch * args.gradient_accumulation_steps * args.world_size
                 and saved_batch * saved_per_epoch * saved_ranks == batch * per_epoch * args.world_size)
@@ -430,7 +428,7 @@ class TrainerCheckpoints:
             if guard is None or not guard.requested:
                 raise
             self.close_progress_bars()
-            newest = list_complete_checkpoints(self.args.output_dir)
+            newest = list_complete_checkpoints(require_output_dir(self.args.output_dir))
             raise KeyboardInterrupt(
                 f"second {guard.signal_name or 'interrupt'} during the save of step {self._trainer.state.global_step}:"
                 f" quitting without that checkpoint; the newest valid one is "
@@ -492,7 +490,8 @@ class TrainerCheckpoints:
         from ..checkpoint.manager import CheckpointManager
 
         manager = self.manager
-        if output_dir is not None and Path(output_dir).resolve() != Path(self.args.output_dir).resolve():
+        if output_dir is not None and \
+                Path(output_dir).resolve() != Path(require_output_dir(self.args.output_dir)).resolve():
             manager = CheckpointManager(output_dir, save_total_limit=self.args.save_total_limit,
                                         rank=self.args.process_index, world_size=self.args.world_size,
                                         should_save=self.args.should_save)
@@ -506,7 +505,7 @@ class TrainerCheckpoints:
         rotation taking from the front keeps it."""
         from ..checkpoint.layout import list_complete_checkpoints
 
-        found = [p for p in list_complete_checkpoints(output_dir or self.args.output_dir)
+        found = [p for p in list_complete_checkpoints(output_dir or require_output_dir(self.args.output_dir))
                  if p.name.startswith(f"{prefix}-")]
         if use_mtime:
             found.sort(key=lambda p: p.stat().st_mtime)
@@ -581,7 +580,7 @@ class TrainerCheckpoints:
                 trainer.control = trainer.callback_handler.on_save(self.args, trainer.state, trainer.control)
             where = f"checkpoint saved in {folder}"
             if self.preemption_hint:
-                where += f"; {resume_advice(self.args.output_dir, Path(folder))}"
+                where += f"; {resume_advice(require_output_dir(self.args.output_dir), Path(folder))}"
         self.preempted = True
         self.preempted_by = guard.signal_name
         trainer.control.should_training_stop = True

@@ -6,10 +6,12 @@ knowable at construction that would otherwise fail after training started is ref
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import warnings
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import Any, Callable
 
 from torch import nn
@@ -108,6 +110,20 @@ def initial_model(model: nn.Module | None, model_init: Callable[..., nn.Module] 
                         f"Trainer(model={model.__name__}(...)) (or model_init={model.__name__} to build it per run)")
     if not isinstance(model, nn.Module):
         raise TypeError(f"`model` must be a torch.nn.Module, got {type(model).__name__}")
+    return model
+
+
+def call_model_init(model_init: Callable[..., nn.Module] | None, trial: Any,
+                    context: Callable[[], AbstractContextManager[Any]]) -> nn.Module:
+    """``Trainer.call_model_init``: ``model_init(trial)`` (``model_init()`` when it takes no argument) inside the
+    backend's ``context``; a clear error for a missing ``model_init`` or one returning None."""
+    if model_init is None:  # (inspect.signature(None) raised this TypeError)
+        raise TypeError("call_model_init needs a model_init: this Trainer was built without one")
+    takes_trial = len(inspect.signature(model_init).parameters) >= 1
+    with context():
+        model = model_init(trial) if takes_trial else model_init()
+    if model is None:
+        raise RuntimeError("model_init should not return None; it must build and return the nn.Module")
     return model
 
 

@@ -74,8 +74,10 @@ class Seq2SeqTrainer(Trainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # as upstream: args.generation_config replaces the model's generation_config (used by generate)
-        if getattr(self.args, "generation_config", None) is not None and self.model is not None:
-            unwrap_model(self.model).generation_config = self.load_generation_config(self.args.generation_config)
+        # (read with getattr: a Seq2SeqTrainer may be given plain TrainingArguments, which lack the field)
+        generation_config = getattr(self.args, "generation_config", None)
+        if generation_config is not None and self.model is not None:
+            unwrap_model(self.model).generation_config = self.load_generation_config(generation_config)
 
     @staticmethod
     def load_generation_config(gen_config_arg: Any) -> Any:
@@ -123,8 +125,9 @@ class Seq2SeqTrainer(Trainer):
             max_length = getattr(self.args, "generation_max_length", None)
             if max_length is not None:
                 gen_kwargs["max_length"] = max_length
-        if gen_kwargs.get("num_beams") is None and getattr(self.args, "generation_num_beams", None) is not None:
-            gen_kwargs["num_beams"] = self.args.generation_num_beams
+        num_beams = getattr(self.args, "generation_num_beams", None)
+        if gen_kwargs.get("num_beams") is None and num_beams is not None:
+            gen_kwargs["num_beams"] = num_beams
         return gen_kwargs
 
     def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
@@ -149,7 +152,7 @@ class Seq2SeqTrainer(Trainer):
         """
         if not getattr(self.args, "predict_with_generate", False) or prediction_loss_only:
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        generator = unwrap_model(model)
+        generator: Any = unwrap_model(model)  # a model with a ``generate`` method (checked below)
         if not hasattr(generator, "generate"):
             raise TypeError(f"predict_with_generate=True needs a model with a `generate` method; "
                             f"{type(generator).__name__} has none (set predict_with_generate=False)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import warnings
@@ -34,9 +33,10 @@ from ..utils.seeding import enable_full_determinism, set_seed
 from . import saving
 from .checkpoints import TrainerCheckpoints
 from .eval_model import model_for_eval
-from .init_checks import (check_args_object, check_before_training, check_metric_for_best_model, check_quantized_model,
-                          initial_model, is_bitsandbytes_quantized)
+from .init_checks import (call_model_init, check_args_object, check_before_training, check_metric_for_best_model,
+                          check_quantized_model, initial_model, is_bitsandbytes_quantized)
 from .inputs import BatchMover
+from .output_dir import require_output_dir
 from .run_fields import RunField
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
@@ -92,7 +92,7 @@ class Trainer:
         processing_class: Any = None,
         model_init: Callable[..., nn.Module] | None = None,
         compute_loss_func: Callable[..., torch.Tensor] | None = None,
-        compute_metrics: Callable[[Any], dict[str, float]] | None = None,
+        compute_metrics: Callable[..., Mapping[str, Any]] | None = None,
         callbacks: list[TrainerCallback | type] | None = None,
         optimizers: tuple[torch.optim.Optimizer | None, Any] = (None, None),
         optimizer_cls_and_kwargs: tuple[type, dict[str, Any]] | None = None,
@@ -291,13 +291,9 @@ class Trainer:
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None) -> Any:
         """Build the schedule of ``args.lr_scheduler_type`` unless one was passed."""
         if self.lr_scheduler is None:
-            from ..optim.schedules import get_scheduler
+            from ..optim.schedules import trainer_scheduler
 
-            kwargs = dict(self.args.lr_scheduler_kwargs or {})
-            self.lr_scheduler = get_scheduler(
-                self.args.lr_scheduler_type, optimizer=optimizer or self.optimizer,
-                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
-                num_training_steps=num_training_steps, scheduler_specific_kwargs=kwargs)
+            self.lr_scheduler = trainer_scheduler(self.args, optimizer or self.optimizer, num_training_steps)
         return self.lr_scheduler
 
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
@@ -321,10 +317,10 @@ class Trainer:
         if not isinstance(inputs, Mapping):
             raise TypeError(f"A batch must be a dict of tensors (got {type(inputs).__name__}); use a data_collator "
                             "that returns a mapping, e.g. default_data_collator")
-        inputs = self._prepare_input(inputs)
+        moved = self._prepare_input(inputs)
         if self.args.past_index >= 0 and self._past is not None:
-            inputs["mems"] = self._past
-        return inputs
+            moved["mems"] = self._past
+        return moved
 
     def _adopt_input_dtype(self) -> None:
         """Pick the batch mover of this run, once the backend built its engine (which may want its floating-point
@@ -343,6 +339,7 @@ class Trainer:
                      num_items_in_batch: torch.Tensor | int | None = None) -> Any:
         """Forward ``inputs`` through ``model`` and return the loss (and the outputs when ``return_outputs``)."""
         labels = None
+        loss: Any  # (an annotation only: no code on the step's path)
         if (self.label_smoother is not None or self.compute_loss_func is not None) and "labels" in inputs:
             labels = inputs.pop("labels")
         if self.model_accepts_loss_kwargs and num_items_in_batch is not None:
@@ -358,7 +355,7 @@ class Trainer:
             self._past = outputs[self.args.past_index]
         if labels is not None and self.compute_loss_func is not None:
             loss = self.compute_loss_func(outputs, labels, num_items_in_batch=num_items_in_batch)
-        elif labels is not None:  # a causal LM's logits predict the next label, as upstream smooths them
+        elif labels is not None and self.label_smoother is not None:  # upstream's smoothing (a causal LM: shifted)
             loss = self.label_smoother(outputs, labels, shift_labels=is_causal_lm(model))
         else:  # a dict holding the loss tensor (the common case) is read here; anything else by extract_loss
             loss = outputs.get("loss") if type(outputs) is dict else None
@@ -389,7 +386,7 @@ class Trainer:
 
             num_items_in_batch = data_parallel_num_items(
                 num_items_in_batch, self._tw_n_gpu,
-                average_tokens_across_devices=self.args.average_tokens_across_devices)
+                average_tokens_across_devices=bool(self.args.average_tokens_across_devices))
         with self.compute_loss_context_manager():
             if takes_items:
                 loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
@@ -427,6 +424,8 @@ class Trainer:
         model then takes ``num_items_in_batch`` exactly when its loss sums over the window's items."""
         from ..loops.run import window_scaler
 
+        if self._tw_run is None:
+            raise RuntimeError("_window_scaler is called by a train() run: trainer._tw_run is not set")
         scaler = window_scaler(self._tw_run, first_batch)
         if self.compute_loss_func is None:
             self.model_accepts_loss_kwargs = scaler.rule.takes_num_items
@@ -478,12 +477,7 @@ class Trainer:
     # -------------------------------------------------------------------------------------------- training
     def call_model_init(self, trial: Any = None) -> nn.Module:
         """Call ``model_init`` (with the trial when it takes one)."""
-        takes_trial = len(inspect.signature(self.model_init).parameters) >= 1
-        with self.backend.model_init_context():
-            model = self.model_init(trial) if takes_trial else self.model_init()
-        if model is None:
-            raise RuntimeError("model_init should not return None; it must build and return the nn.Module")
-        return model
+        return call_model_init(self.model_init, trial, self.backend.model_init_context)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, trial: Any = None,
               ignore_keys_for_eval: list[str] | None = None, **kwargs: Any) -> TrainOutput:
@@ -541,6 +535,8 @@ class Trainer:
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:
+            if self.optimizer is None:
+                raise RuntimeError("_get_learning_rate: the optimizer is not built (train() builds it)")
             return float(self.optimizer.param_groups[0]["lr"])
         return float(self.lr_scheduler.get_last_lr()[0])
 
@@ -589,13 +585,14 @@ class Trainer:
     def save_metrics(self, split: str, metrics: dict[str, float], combined: bool = True) -> None:
         """Write ``{split}_results.json`` (and merge into ``all_results.json``) in ``output_dir``."""
         if self.is_world_process_zero():
-            reporting.save_metrics_json(self.args.output_dir, split, metrics, combined=combined)
+            reporting.save_metrics_json(require_output_dir(self.args.output_dir), split, metrics, combined=combined)
 
     def save_state(self) -> None:
         """Write ``trainer_state.json`` in ``output_dir``."""
         if self.is_world_process_zero():
-            os.makedirs(self.args.output_dir, exist_ok=True)
-            self.state.save_to_json(Path(self.args.output_dir) / "trainer_state.json")
+            output_dir = require_output_dir(self.args.output_dir)
+            os.makedirs(output_dir, exist_ok=True)
+            self.state.save_to_json(Path(output_dir) / "trainer_state.json")
 
     # ------------------------------------------------------------------------------------------- evaluation
     # Upstream's method names (users override them), each delegating to trainwell.loops.eval_loop.
@@ -683,7 +680,8 @@ class Trainer:
         """Write the weights, config, processing class (else ``data_collator.tokenizer``) and ``training_args.bin``
         into ``output_dir``; ``save_model`` and every checkpoint call it (a checkpoint's into its temporary folder,
         which is then checksummed and committed, whatever files an override writes)."""
-        saving.write_model_files(self._tw_checkpoints, output_dir if output_dir is not None else self.args.output_dir,
+        saving.write_model_files(self._tw_checkpoints,
+                                 require_output_dir(self.args.output_dir if output_dir is None else output_dir),
                                  state_dict)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
