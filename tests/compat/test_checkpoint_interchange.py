@@ -352,20 +352,3 @@ def test_a_save_onto_a_foreign_folder_fails_and_keeps_it(upstream_checkpoint_50,
     assert _snapshot(out / "checkpoint-4") == before
     assert (out / "checkpoint-2" / COMPLETE_MARKER).is_file()
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp-") or p.name == ".trainwell.lock"]
-
-
-def test_rng_files_of_earlier_trainwell_versions_still_restore(tmp_path):
-    import numpy as np
-
-    from trainwell.checkpoint.rng import read_rng_file, restore_rng_state
-
-    np.random.seed(3)
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    old = {"python": __import__("random").getstate(), "cpu": torch.random.get_rng_state(),
-           "numpy": {"kind": kind, "keys": [int(k) for k in keys], "pos": int(pos), "has_gauss": int(has_gauss),
-                     "cached_gaussian": float(cached)}}
-    torch.save(old, tmp_path / "rng_state.pth")
-    expected = np.random.random(3)
-    np.random.seed(99)
-    restore_rng_state(read_rng_file(tmp_path / "rng_state.pth"))
-    assert np.array_equal(np.random.random(3), expected)

@@ -72,9 +72,6 @@ def _numpy_state() -> tuple[Any, ...] | dict[str, Any]:  # the tuple (legacy=Tru
 def _set_numpy_state(state: Any) -> None:
     import numpy as np
 
-    if isinstance(state, dict) and "keys" in state:  # written by earlier trainwell versions
-        state = (state["kind"], np.asarray(state["keys"], dtype=np.uint32), state["pos"], state["has_gauss"],
-                 state["cached_gaussian"])
     np.random.set_state(state)
 
 
