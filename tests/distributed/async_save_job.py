@@ -34,7 +34,7 @@ torch.set_num_threads(1)
 from trainwell import Trainer, TrainerCallback, TrainingArguments, get_last_checkpoint, set_seed  # noqa: E402
 from trainwell.checkpoint import manager as checkpoint_manager  # noqa: E402
 from trainwell.checkpoint.layout import CheckpointError  # noqa: E402
-from jobs import make_data  # noqa: E402
+from jobs import make_data, say  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))
 
@@ -58,7 +58,7 @@ class Begin(TrainerCallback):
         self.join_at = int(os.environ.get("JOIN_SAVE_AT", "-1"))
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
-        print(f"RANK{RANK} BEGIN_STEP {state.global_step}", flush=True)
+        say(f"RANK{RANK} BEGIN_STEP {state.global_step}")
 
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
         if state.global_step == self.join_at:
@@ -106,7 +106,7 @@ def refused(out: Path) -> None:
         try:
             Trainer(model=DropoutMLP(), args=args, train_dataset=make_data())
         except ValueError as err:
-            print(f"RANK{RANK} REFUSED {name} {err}", flush=True)
+            say(f"RANK{RANK} REFUSED {name} {err}")
 
 
 def main(out: Path, mode: str) -> None:
@@ -131,13 +131,13 @@ def main(out: Path, mode: str) -> None:
     try:
         trainer.train(resume_from_checkpoint=True if resume else None)
     except CheckpointError as err:
-        print(f"RANK{RANK} CHECKPOINT_ERROR {trainer.state.global_step} {err}", flush=True)
+        say(f"RANK{RANK} CHECKPOINT_ERROR {trainer.state.global_step} {err}")
         sys.exit(3)
     if trainer.preempted:  # the preemption save must be committed when train() returns
         from trainwell.checkpoint.layout import list_complete_checkpoints
 
         newest = list_complete_checkpoints(out)[-1].name
-        print(f"RANK{RANK} PREEMPTED {trainer.state.global_step} {newest} {trainer._tw_checkpoints.async_saver.busy}", flush=True)
+        say(f"RANK{RANK} PREEMPTED {trainer.state.global_step} {newest} {trainer._tw_checkpoints.async_saver.busy}")
         return
     state = trainer.backend.full_state_dict() if trainer.backend.caps.sharded_state else trainer.model.state_dict()
     if RANK == 0:
@@ -145,7 +145,7 @@ def main(out: Path, mode: str) -> None:
 
         save_file({k: v.detach().contiguous() for k, v in state.items()},
                   str(out / "final.safetensors"))
-    print(f"RANK{RANK} DONE {trainer.state.global_step}", flush=True)
+    say(f"RANK{RANK} DONE {trainer.state.global_step}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["backend_args", "finish", "make_data"]
+__all__ = ["backend_args", "finish", "make_data", "say"]
+
+
+def say(line: str) -> None:
+    """Write ``line`` to stdout in one ``write`` call, so two ranks sharing the pipe never interleave within a line
+    (``print`` writes the text and its newline separately when stdout is unbuffered, as under ``PYTHONUNBUFFERED``)."""
+    os.write(1, (line + "\n").encode())
 
 
 def make_data(n: int = 48) -> list[dict[str, torch.Tensor]]:

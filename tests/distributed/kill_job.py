@@ -34,7 +34,7 @@ torch.set_num_threads(1)
 
 from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
 from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402
-from jobs import backend_args, make_data  # noqa: E402
+from jobs import backend_args, make_data, say  # noqa: E402
 
 RANK = int(os.environ.get("RANK", "0"))
 
@@ -66,7 +66,7 @@ class KillAtStep(TrainerCallback):
         self.step = int(step) if spec and int(rank) == RANK else None
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
-        print(f"RANK{RANK} BEGIN_STEP {state.global_step}", flush=True)
+        say(f"RANK{RANK} BEGIN_STEP {state.global_step}")
         return control
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
@@ -125,7 +125,7 @@ def main(out: Path, backend: str) -> None:
         **backend_args(backend))
     trainer = Trainer(model=DropoutMLP(), args=args, train_dataset=make_data(), callbacks=[KillAtStep()])
     last = get_last_checkpoint(str(out))
-    print(f"RANK{RANK} LAST_CHECKPOINT {last and Path(last).name}", flush=True)
+    say(f"RANK{RANK} LAST_CHECKPOINT {last and Path(last).name}")
     resume = last is not None
     if os.environ.get("KILL_JOB_RESUME") == "auto":
         trainer.train(resume_from_checkpoint="auto")
