@@ -274,6 +274,22 @@ def test_loop_state_is_what_the_loop_owns_and_upstream_attributes_still_read(tmp
     assert result.training_loss == pytest.approx(trainer._total_loss_scalar / 4, rel=1e-6)
 
 
+def test_run_attributes_set_before_the_first_train_are_that_trainers_and_then_the_runs(tmp_path):
+    """``current_flos``... are values of the running (or last) train() call; before the first one, each Trainer keeps
+    its own (the attribute lives on the class)."""
+    first, other = ours(tmp_path / "a"), ours(tmp_path / "b")
+    first.current_flos, first.current_gradient_accumulation_steps = 7.0, 3
+    assert (first.current_flos, first.current_gradient_accumulation_steps) == (7.0, 3)
+    assert (other.current_flos, other.current_gradient_accumulation_steps, other._total_loss_scalar) == (0.0, 1, 0.0)
+    first.store_flos()  # upstream's: adds the counted FLOPs to the state and restarts the count
+    assert first.state.total_flos == 7.0 and first.current_flos == 0.0
+    first.train()
+    loop = first._tw_run.loop
+    assert first.state.total_flos > 0 and first.current_flos == loop.flos == 0.0  # stored at the end of training
+    first.current_flos = 2.5
+    assert loop.flos == 2.5 and other.current_flos == 0.0
+
+
 def test_a_resume_takes_its_own_rank_running_loss():
     from trainwell.loops.loop_state import DataPosition
 

@@ -217,6 +217,21 @@ def test_train_with_a_trial_dict_applies_the_hyper_parameters(tmp_path):
     assert ours.state.global_step == 3 and ours.state.train_batch_size == 2
 
 
+def test_train_with_a_trial_dict_trains_with_a_backend_and_checkpoints_of_the_trial(tmp_path):
+    """As upstream's ``_hp_search_setup`` builds a new Accelerator per trial: each ``train(trial=dict)`` gets a backend
+    of its own, and the trial's saving arguments decide the checkpoints."""
+    trainer = trainwell.Trainer(model=Regressor(), args=_args(trainwell, tmp_path), train_dataset=Rows())
+    backends = [trainer.backend]
+    trainer.train(trial={"max_steps": 3, "save_strategy": "steps", "save_steps": 2})
+    backends.append(trainer.backend)
+    assert trainer.state.global_step == 3 and trainer.args.save_steps == 2
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    trainer.train(trial={"max_steps": 1, "save_strategy": "no"})  # (the first trial's checkpoints are another run's)
+    backends.append(trainer.backend)
+    assert trainer.state.global_step == 1 and trainer.args.save_steps == 2  # a trial starts from the last arguments
+    assert len({id(b) for b in backends}) == 3  # a fresh backend per trial
+
+
 def test_train_with_a_trial_dict_refuses_an_unknown_name(tmp_path):
     trainer = trainwell.Trainer(model=Regressor(), args=_args(trainwell, tmp_path), train_dataset=Rows())
     with pytest.raises(AttributeError, match="learnig_rate.*did you mean 'learning_rate'"):
