@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from trainwell import Trainer, TrainingArguments
+from trainwell.checkpoint.digest import hash_file
 from trainwell.checkpoint.layout import COMPLETE_MARKER, CheckpointError, read_marker
 from trainwell.callbacks.state import TrainerState, trainer_state_problems
 
@@ -24,13 +25,14 @@ def make_trainer(out: Path, **overrides) -> Trainer:
 
 
 def damage_state(folder: Path, edit) -> None:
-    """Rewrite trainer_state.json with ``edit(data)`` and keep the marker's record of its size consistent."""
+    """Rewrite trainer_state.json with ``edit(data)`` and keep the marker's record of it (size, checksum) consistent."""
     path = folder / "trainer_state.json"
     data = json.loads(path.read_text())
     data = edit(data)
     path.write_text(json.dumps(data, indent=2))
     record = read_marker(folder)
-    record["files"]["trainer_state.json"] = path.stat().st_size  # valid JSON of the right size: only the schema is off
+    algorithm = record["checksum"]  # the marker agrees with the new file: only the schema is off
+    record["files"]["trainer_state.json"] = {"size": path.stat().st_size, algorithm: hash_file(path, algorithm).digest}
     (folder / COMPLETE_MARKER).write_text(json.dumps(record))
 
 

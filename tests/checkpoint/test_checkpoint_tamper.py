@@ -113,16 +113,22 @@ def test_explicit_path_with_a_flipped_byte_raises(trained, tmp_path):
         _train(out, resume=str(out / "checkpoint-4"))
 
 
-def test_sizes_only_marker_of_format_1_still_loads(trained, tmp_path):
+@pytest.mark.parametrize("marker", [
+    {"format": 1, "files": {"model.safetensors": 10}},  # sizes only: nothing to verify the content against
+    {"format": 2, "checksum": "xxh3_128", "files": {"model.safetensors": {"size": 10}}},  # a file without checksum
+    {"files": {}},
+    ["model.safetensors"],
+], ids=["sizes-only", "no-checksum", "no-format", "a-list"])
+def test_a_marker_trainwell_did_not_write_is_refused_and_resume_falls_back(trained, tmp_path, marker):
     out = _copy(trained, tmp_path)
     folder = out / "checkpoint-4"
-    record = json.loads((folder / layout.COMPLETE_MARKER).read_text())
-    old = {"format": 1, "created": record["created"],
-           "files": {rel: entry["size"] for rel, entry in record["files"].items()}}
-    (folder / layout.COMPLETE_MARKER).write_text(json.dumps(old))
-    trainer = _train(out, resume=True)
-    for key, value in trained[1].items():
-        assert torch.equal(trainer.model.state_dict()[key], value), key
+    (folder / layout.COMPLETE_MARKER).write_text(json.dumps(marker))
+    with pytest.raises(CheckpointError, match=r"\.complete: the completion marker is not a trainwell marker record of "
+                                              r"format 2 .*delete the marker"):
+        CheckpointManager(out).verify(folder)
+    with pytest.warns(UserWarning, match=r"checkpoint-4 is damaged .*not a trainwell marker.*falling back to "
+                                         r".*checkpoint-2"):
+        _train(out, resume=True)
 
 
 def test_emptied_marker_is_damage_and_resume_falls_back_past_a_flipped_optimizer_byte(trained, tmp_path):

@@ -43,6 +43,7 @@ from .digest import FileDigest, default_algorithm, hash_file
 logger = logging.getLogger(__name__)
 
 COMPLETE_MARKER = ".complete"
+MARKER_FORMAT = 2  # the marker record: every file with its size and checksum
 TMP_PREFIX = ".tmp-"
 
 # File names inside a checkpoint folder (upstream's names where upstream has one).
@@ -277,13 +278,13 @@ def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None) -> di
     return files
 
 
-def write_marker(folder: Path, files: Mapping[str, int | Mapping[str, Any]]) -> None:
+def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
     """Write the completion marker (with the file list) into ``folder`` and fsync it.
 
-    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}`` (or to a bare size: no
-    checksum). The record: ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}}``.
+    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}``. The record:
+    ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}}``.
     """
-    record = {"format": 2, "created": time.time(), "checksum": default_algorithm(), "files": dict(files)}
+    record = {"format": MARKER_FORMAT, "created": time.time(), "checksum": default_algorithm(), "files": dict(files)}
     marker = folder / COMPLETE_MARKER
     with open(marker, "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
@@ -293,7 +294,7 @@ def write_marker(folder: Path, files: Mapping[str, int | Mapping[str, Any]]) -> 
 
 
 def read_marker(folder: str | os.PathLike) -> dict:
-    """The marker's record; an empty marker (never written by trainwell) raises :class:`CheckpointError`."""
+    """The marker's record; an empty marker or one trainwell did not write raises :class:`CheckpointError`."""
     marker = Path(folder) / COMPLETE_MARKER
     if not marker.is_file():
         raise CheckpointError(
@@ -311,16 +312,27 @@ def read_marker(folder: str | os.PathLike) -> dict:
         record = json.loads(text)
     except json.JSONDecodeError as err:
         raise CheckpointError(f"{marker}: the completion marker is not valid JSON ({err})") from err
-    if not isinstance(record, dict) or not isinstance(record.get("files", {}), dict):
-        raise CheckpointError(f"{marker}: the completion marker is not a trainwell marker record")
+    if not _is_marker_record(record):
+        raise CheckpointError(
+            f"{marker}: the completion marker is not a trainwell marker record of format {MARKER_FORMAT} (a file "
+            "list with each file's size and checksum), so the folder cannot be verified; resume from another "
+            "checkpoint, or, for a folder trainwell did not write, delete the marker: the folder then resumes as a "
+            "foreign checkpoint")
     return record
 
 
+def _is_marker_record(record: Any) -> bool:
+    """Whether ``record`` is what :func:`write_marker` writes: each file with its size and checksum."""
+    if not isinstance(record, dict) or record.get("format") != MARKER_FORMAT:
+        return False
+    files, algorithm = record.get("files"), record.get("checksum")
+    return isinstance(files, dict) and isinstance(algorithm, str) and all(
+        isinstance(entry, dict) and "size" in entry and algorithm in entry for entry in files.values())
+
+
 def marker_files(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """The marker's file list as ``{relative path: {"size": int, <algorithm>: digest...}}`` (sizes-only markers of
-    format 1 give ``{"size": int}``)."""
-    files = read_marker(folder).get("files", {})
-    return {rel: (entry if isinstance(entry, dict) else {"size": entry}) for rel, entry in files.items()}
+    """The marker's file list as ``{relative path: {"size": int, <algorithm>: digest}}``."""
+    return dict(read_marker(folder)["files"])
 
 
 def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
@@ -329,34 +341,32 @@ def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
 
     Raises :class:`CheckpointError` naming the first missing, resized or changed file. ``checksums=False``
     checks sizes only; ``select(index, relative path)`` restricts the check to some files (the ranks of a job
-    share the reading). An empty marker raises (see :func:`read_marker`).
+    share the reading). An empty or foreign marker raises (see :func:`read_marker`).
     """
     root = Path(folder)
     record = read_marker(root)
-    algorithm = record.get("checksum")
-    for index, (rel, entry) in enumerate(sorted(marker_files(root).items())):
+    algorithm = record["checksum"]
+    for index, (rel, entry) in enumerate(sorted(record["files"].items())):
         if select is not None and not select(index, rel):
             continue
         path = root / rel
         if not path.is_file():
             raise CheckpointError(f"{path}: file is missing from checkpoint {root} (it was deleted after saving)")
-        actual = path.stat().st_size
-        size = entry.get("size")
+        actual, size = path.stat().st_size, entry["size"]
         if actual != size:
             raise CheckpointError(
                 f"{path}: file has {actual} bytes but {size} were written (truncated or overwritten after saving)"
             )
-        expected = entry.get(algorithm) if algorithm else None
-        if checksums and expected is not None:
+        if checksums:
             try:
                 got = hash_file(path, algorithm).digest
             except ValueError as err:
                 raise CheckpointError(f"{root / COMPLETE_MARKER}: {err}") from err
-            if got != expected:
+            if got != entry[algorithm]:
                 raise CheckpointError(
-                    f"{path}: the file's {algorithm} checksum {got} differs from the {expected} recorded when it was "
-                    "saved: its content changed on disk (bit rot, a partial copy, or an edit); resume from another "
-                    "checkpoint")
+                    f"{path}: the file's {algorithm} checksum {got} differs from the {entry[algorithm]} recorded when "
+                    "it was saved: its content changed on disk (bit rot, a partial copy, or an edit); resume from "
+                    "another checkpoint")
 
 
 def find_disk_full(err: BaseException | None) -> OSError | None:
