@@ -47,7 +47,7 @@ def signature_accepts(fn: Any) -> Accepts:
     return Accepts(None if var_positional else positional, None if var_keyword else names)
 
 
-def _spec(obj: Any, name: str, method: Any) -> Accepts:
+def _spec(method: Any) -> Accepts:
     key = getattr(method, "__func__", method)
     try:  # the hit is the common case (called per micro-batch): one lookup, no allocation
         return _SIGNATURES[key]
@@ -59,14 +59,14 @@ def _spec(obj: Any, name: str, method: Any) -> Accepts:
 
 
 def accepts(obj: Any, name: str) -> Accepts:
-    """What ``obj.<name>`` accepts, cached on ``obj`` per method name and function."""
-    return _spec(obj, name, getattr(obj, name))
+    """What ``obj.<name>`` accepts (its function's signature, read once per function)."""
+    return _spec(getattr(obj, name))
 
 
 def call_override(obj: Any, name: str, /, *args: Any, **kwargs: Any) -> Any:
     """``obj.<name>(*args, **kwargs)`` without the trailing positional and keyword arguments it does not accept."""
     method = getattr(obj, name)
-    spec = _spec(obj, name, method)
+    spec = _spec(method)
     if spec.positional is not None and len(args) > spec.positional:
         args = args[:spec.positional]
     if spec.names is not None and kwargs:
