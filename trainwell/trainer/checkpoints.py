@@ -117,6 +117,11 @@ class TrainerCheckpoints:
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
         self.async_saver: AsyncSaver | None = self._new_async_saver() if getattr(args, "async_save", False) else None
 
+    @property
+    def output_dir(self) -> str:
+        """The arguments' ``output_dir`` (a str once they are built; None set afterwards raises naming the field)."""
+        return require_output_dir(self.args.output_dir)
+
     def renewed(self, args: TrainingArguments) -> TrainerCheckpoints:
         """A fresh part of the same Trainer for new arguments (a hyper-parameter trial's own ``output_dir``)."""
         return TrainerCheckpoints(self._trainer, args=args, backend=self.backend)
@@ -184,8 +189,7 @@ class TrainerCheckpoints:
         recovered: list[Path] = []
         try:
             if self.args.should_save:
-                removed = cleanup_incomplete(require_output_dir(self.args.output_dir), at_startup=True,
-                                             recovered=recovered)
+                removed = cleanup_incomplete(self.output_dir, at_startup=True, recovered=recovered)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save or DeepSpeed "
                                    "conversion: %s", [str(p) for p in removed])
@@ -233,8 +237,7 @@ class TrainerCheckpoints:
     def _resolve_auto(self, resume_from_checkpoint: str | bool | None) -> str | bool | None:
         """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh).
 
-        One command then serves the first attempt of a job and every requeued one; the choice is logged.
-        """
+        One command then serves the first attempt of a job and every requeued one; the choice is logged."""
         from ..checkpoint.layout import list_resumable_checkpoints
 
         if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
@@ -281,7 +284,7 @@ class TrainerCheckpoints:
         if not self.args.should_save or self.args.save_strategy == "no":
             return
         start = resume_from.resolve() if resume_from is not None else None
-        newer = [p for p in list_foreign_checkpoints(require_output_dir(self.args.output_dir)) if p.resolve() != start]
+        newer = [p for p in list_foreign_checkpoints(self.output_dir) if p.resolve() != start]
         if newer:
             logger.warning("output_dir holds checkpoint folders trainwell did not write (no marker): %s. They are "
                            "never deleted nor rotated, and a save at the same step fails instead of replacing them; "
@@ -290,8 +293,7 @@ class TrainerCheckpoints:
     def release_output_dir(self) -> None:
         """Release the ``output_dir`` lock taken by :meth:`resolve_resume` (a no-op when not held).
 
-        A background save still in flight (``train()`` raised) is waited for first: it writes into ``output_dir``.
-        """
+        A background save still in flight (``train()`` raised) is waited for first: it writes into ``output_dir``."""
         if self.async_saver is not None:
             self.async_saver.join()
         lock, self.output_dir_lock = self.output_dir_lock, None
@@ -428,7 +430,7 @@ class TrainerCheckpoints:
             if guard is None or not guard.requested:
                 raise
             self.close_progress_bars()
-            newest = list_complete_checkpoints(require_output_dir(self.args.output_dir))
+            newest = list_complete_checkpoints(self.output_dir)
             raise KeyboardInterrupt(
                 f"second {guard.signal_name or 'interrupt'} during the save of step {self._trainer.state.global_step}:"
                 f" quitting without that checkpoint; the newest valid one is "
@@ -490,8 +492,7 @@ class TrainerCheckpoints:
         from ..checkpoint.manager import CheckpointManager
 
         manager = self.manager
-        if output_dir is not None and \
-                Path(output_dir).resolve() != Path(require_output_dir(self.args.output_dir)).resolve():
+        if output_dir is not None and Path(output_dir).resolve() != Path(self.output_dir).resolve():
             manager = CheckpointManager(output_dir, save_total_limit=self.args.save_total_limit,
                                         rank=self.args.process_index, world_size=self.args.world_size,
                                         should_save=self.args.should_save)
@@ -505,7 +506,7 @@ class TrainerCheckpoints:
         rotation taking from the front keeps it."""
         from ..checkpoint.layout import list_complete_checkpoints
 
-        found = [p for p in list_complete_checkpoints(output_dir or require_output_dir(self.args.output_dir))
+        found = [p for p in list_complete_checkpoints(output_dir or self.output_dir)
                  if p.name.startswith(f"{prefix}-")]
         if use_mtime:
             found.sort(key=lambda p: p.stat().st_mtime)
@@ -580,7 +581,7 @@ class TrainerCheckpoints:
                 trainer.control = trainer.callback_handler.on_save(self.args, trainer.state, trainer.control)
             where = f"checkpoint saved in {folder}"
             if self.preemption_hint:
-                where += f"; {resume_advice(require_output_dir(self.args.output_dir), Path(folder))}"
+                where += f"; {resume_advice(self.output_dir, Path(folder))}"
         self.preempted = True
         self.preempted_by = guard.signal_name
         trainer.control.should_training_stop = True
