@@ -16,6 +16,33 @@ from helpers import (BlockStack, ClassifierModel, RegressionModel, TokenLM, Toke
 torch.set_num_threads(1)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--all``: run every test, the slow ones too (what CI runs); without it and without ``-m``, a plain
+    ``python -m pytest`` is the fast tier (no test that starts a process)."""
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run every test, the slow ones (that start processes) included, as CI does")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fast tier by default: without ``--all`` and without a ``-m`` expression, tests marked ``slow`` are
+    deselected (a test named on the command line by its node id still runs)."""
+    if config.getoption("--all") or config.option.markexpr:
+        return
+    named = {arg.split("::", 1)[0] for arg in config.args if "::" in arg}
+    slow = [item for item in items if item.get_closest_marker("slow") is not None
+            and item.nodeid.split("::", 1)[0] not in named]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        kept = set(map(id, items)) - set(map(id, slow))
+        items[:] = [item for item in items if id(item) in kept]
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if config.getoption("--all") or config.option.markexpr:
+        return None
+    return "fast tier: tests marked slow are deselected (run everything with --all, as .ci/run does)"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Without ``--basetemp``, each run gets a base temp folder of its own (removed at its end): pytest's default
@@ -26,6 +53,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None:
         config.option.basetemp = tempfile.mkdtemp(prefix="pytest-trainwell-")
         config.stash[_OWN_BASETEMP] = config.option.basetemp
+        # DeepSpeed's ops compiled by the tests (~50 MB, minutes of CPU on the first build) go under the base temp
+        # folder, one build shared by every pytest-xdist worker (which inherit this process's environment; torch's
+        # build lock makes a second worker wait for the first build instead of compiling again).
+        import os
+
+        config.stash[_EXTENSIONS_BEFORE] = os.environ.get("TORCH_EXTENSIONS_DIR")
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(config.option.basetemp) / "torch_extensions"))
     config.stash[_HOME_BEFORE] = _private_home(Path(config.option.basetemp) / "home")
 
 
@@ -41,11 +75,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             os.environ[name] = value
     folder = config.stash.get(_OWN_BASETEMP, None)
     if folder is not None:
+        if config.stash.get(_EXTENSIONS_BEFORE, None) is None:
+            os.environ.pop("TORCH_EXTENSIONS_DIR", None)
         shutil.rmtree(folder, ignore_errors=True)
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
 _HOME_BEFORE = pytest.StashKey[dict]()
+_EXTENSIONS_BEFORE = pytest.StashKey["str | None"]()
 #: Variables that name a home or cache folder the libraries under test write into (HF datasets' and hub's caches,
 #: wandb's and xet's logs, ~/.ray/auth_token, ~/.keras/keras.json, matplotlib's font cache...). All point under the
 #: session's base temp folder, set before collection imports those libraries (several read them at import).
