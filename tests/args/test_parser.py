@@ -308,3 +308,26 @@ def test_import_is_light():
     code = f"import runpy, sys; runpy.run_path({str(source)!r}); print('torch' in sys.modules, 'yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+
+@dataclass
+class _Offset:
+    offset: float = 0.0
+
+
+@pytest.mark.parametrize("text, value", [("-1e-3", -1e-3), ("-1.5E+2", -150.0), ("-.5", -0.5), ("-2", -2.0)])
+def test_a_negative_number_in_any_form_is_a_value_not_an_option(text: str, value: float) -> None:
+    """argparse's own rule reads ``-1e-3`` as an option and says the option before it "expected one argument"; the
+    parser reads every form of a negative number as the value."""
+    (parsed,) = HfArgumentParser(_Offset).parse_args_into_dataclasses(["--offset", text])
+    assert parsed.offset == value
+
+
+def test_a_negative_learning_rate_in_exponent_form_gets_the_arguments_own_message() -> None:
+    from trainwell import TrainingArguments
+
+    with pytest.raises(ValueError, match="learning_rate") as raised:
+        HfArgumentParser(TrainingArguments).parse_args_into_dataclasses(
+            ["--output_dir", "o", "--learning_rate", "-1e-3", "--report_to", "none"])
+    assert "-0.001" in str(raised.value)

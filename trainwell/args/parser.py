@@ -36,6 +36,10 @@ _TRUE = {"true", "yes", "y", "t", "1", "on"}
 _FALSE = {"false", "no", "n", "f", "0", "off"}
 
 
+#: a negative number in any form float() reads: -3, -.5, -1e-3, -1.5E+2, -inf
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-inf$")
+
+
 def string_to_bool(value: str | bool) -> bool:
     """Parse ``true/false/yes/no/1/0`` (any case) into a bool; anything else is an argparse type error."""
     if isinstance(value, bool):
@@ -166,6 +170,9 @@ class ArgParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", argparse.ArgumentDefaultsHelpFormatter)
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(**kwargs)
+        # argparse takes "-1e-3" (a negative number in exponent form) for an option and then says the option before
+        # it "expected one argument"; every form of a negative number is a value here.
+        self._negative_number_matcher = _NEGATIVE_NUMBER
         if dataclass_types is None:
             dataclass_types = []
         elif dataclasses.is_dataclass(dataclass_types):
