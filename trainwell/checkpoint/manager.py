@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..args.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from . import layout
 from .layout import CheckpointError
@@ -264,7 +265,7 @@ class CheckpointManager:
         if c.args is not None:
             _write_text(folder / layout.TRAINING_ARGS_JSON_NAME, c.args.to_json_string())
             if c.write_model is None or not (folder / layout.TRAINING_ARGS_NAME).is_file():  # (_save wrote it)
-                _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
+                _torch_save(without_secrets(c.args), folder / layout.TRAINING_ARGS_NAME)
         if c.data_state is not None:
             _write_text(folder / layout.DATA_STATE_NAME, json.dumps(c.data_state, indent=2))
         if c.write_model is None and c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
