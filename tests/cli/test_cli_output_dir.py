@@ -101,3 +101,41 @@ def test_a_fresh_python_run_next_to_an_earlier_one_warns_and_reports_only_its_ow
         again.train(resume_from_checkpoint=str(out / "checkpoint-8"))  # nothing left to train: resumed from
     assert again._tw_checkpoints.of_this_run() == out / "checkpoint-8"
     assert "another run" not in caplog.text
+
+
+_HOLD_LOCK = """
+import sys
+from trainwell.checkpoint.lock import OutputDirLock
+lock = OutputDirLock(sys.argv[1])
+lock.acquire()
+print("locked", flush=True)
+sys.stdin.readline()  # held until the test closes our stdin
+lock.release()
+"""
+
+
+@pytest.mark.slow
+def test_the_cli_never_deletes_a_live_runs_checkpoints_and_names_that_run(tmp_path):
+    """Another process holds output_dir's lock (a live run): ``--overwrite_output_dir`` removes nothing and says which
+    process holds the folder; so does the refusal without the flag (which then does not advise the flag)."""
+    out = tmp_path / "R"
+    _trainer(out, 4).train()
+    before = {str(p.relative_to(out)): _digest(p) for p in sorted(out.rglob("*")) if p.is_file()}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(out)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        over = _cli("--output_dir", str(out), "--max_steps", "2", "--overwrite_output_dir")
+        plain = _cli("--output_dir", str(out), "--max_steps", "2")
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    for done in (over, plain):
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"pid {holder.pid} on host" in done.stderr and "a live run is training there" in done.stderr
+        assert "removed" not in done.stderr.replace("nothing was removed", "")
+    assert "--overwrite_output_dir (removes" not in plain.stderr
+    after = {str(p.relative_to(out)): _digest(p) for p in sorted(out.rglob("*")) if p.is_file()}
+    assert after == before  # every checkpoint of the live run is still there, byte for byte

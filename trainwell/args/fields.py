@@ -310,10 +310,12 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain values (enums as strings); secrets (``*_token``) masked as ``<NAME>``."""
+        """The fields as plain values (enums as strings); credentials (:mod:`.secrets`) masked as ``<NAME>``."""
+        from .secrets import is_secret_field
+
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.init}
         for key, value in out.items():
-            if key.endswith("_token") and value is not None:
+            if is_secret_field(key) and value is not None:
                 out[key] = f"<{key.upper()}>"
         return out
 

@@ -20,7 +20,8 @@ handle (a second Ctrl-C during the save) removes the temporary folder at once.
 Test hook: with the environment variable ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>[,...]`` the process of that
 rank SIGKILLs itself at that phase of the save of ``checkpoint-<step>``. Phases, in order: ``files`` (its own files
 written), ``engine`` (the engine's files written, before collective 2), ``marker`` (after collective 2, before the
-marker), ``rename`` (marker written, before the rename), ``renamed`` (before collective 3). It exists for the
+marker), ``rename`` (marker written, before the rename), ``aside`` (a same-named checkpoint of an earlier run moved aside,
+before the new folder is renamed into place), ``renamed`` (before collective 3). It exists for the
 kill tests (``tests/distributed/test_kill_resume.py``) and costs one environment lookup per save.
 """
 
@@ -77,8 +78,11 @@ def _merge(reports: list[dict[str, Any]], me: int) -> dict[str, digest.FileDiges
     return merged
 
 
-def _seal(tmp: Path, final: Path, reported: dict[str, digest.FileDigest], step: int, rank: int) -> None:
-    """Check every reported file is visible, hash the others, write the marker, rename into place."""
+def _seal(tmp: Path, final: Path, reported: dict[str, digest.FileDigest], step: int, rank: int, *,
+          run: str | None = None) -> None:
+    """Check every reported file is visible, hash the others, write the marker (naming ``run``), rename into place
+    (a same-named checkpoint of a finished run is moved aside first: a kill in between leaves one of the two
+    complete, which the next start puts back in place)."""
     for rel, expected in reported.items():
         path = tmp / rel
         if not path.is_file() or path.stat().st_size != expected.size:
@@ -88,15 +92,17 @@ def _seal(tmp: Path, final: Path, reported: dict[str, digest.FileDigest], step: 
                 "node has its own disk")
     known = {str((tmp / rel).resolve()): value for rel, value in reported.items()}
     files = layout._fsync_tree(tmp, known)
-    layout.write_marker(tmp, files)
+    layout.write_marker(tmp, files, run=run)
     test_hook("rename", step, rank)
-    layout._replace_folder(tmp, final)
+    layout._replace_folder(tmp, final, moved_aside=lambda: test_hook("aside", step, rank))
 
 
 def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool,
                       write_files: Callable[[Path], None],
-                      engine_save: Callable[[Path], None] | None = None) -> Path:
+                      engine_save: Callable[[Path], None] | None = None, run: str | None = None) -> Path:
     """Write checkpoint ``final`` with the protocol of the module docstring; a collective when several ranks run.
+
+    ``run``: the identity of the training run, recorded in the marker (see :func:`layout.order_by_run`).
 
     ``write_files(tmp)`` writes this rank's own files (it is called on every rank); ``engine_save(tmp)`` lets the
     backend's engine write its files (called on every rank, even after ``write_files`` failed, so that the
@@ -112,7 +118,7 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
         tmp.mkdir()
     try:
         return _write_and_seal(final, tmp, step, ranks, should_save=should_save, write_files=write_files,
-                               engine_save=engine_save)
+                               engine_save=engine_save, run=run)
     except BaseException as exc:
         # A KeyboardInterrupt (a second Ctrl-C while the checkpoint is written) or a SystemExit is not an error the
         # ranks report to each other: it leaves this process now, and takes its temporary folder with it.
@@ -122,7 +128,8 @@ def commit_checkpoint(final: Path, step: int, ranks: Ranks, *, should_save: bool
 
 
 def _write_and_seal(final: Path, tmp: Path, step: int, ranks: Ranks, *, should_save: bool,
-                    write_files: Callable[[Path], None], engine_save: Callable[[Path], None] | None) -> Path:
+                    write_files: Callable[[Path], None], engine_save: Callable[[Path], None] | None,
+                    run: str | None = None) -> Path:
     """Steps 2 to 4 of the protocol: from the barrier after the temporary folder exists to the rename."""
     ranks.barrier()
     error: BaseException | None = None
@@ -150,7 +157,7 @@ def _write_and_seal(final: Path, tmp: Path, step: int, ranks: Ranks, *, should_s
                 "checkpoints are intact")
         test_hook("marker", step, ranks.rank)
         if should_save:
-            _seal(tmp, final, _merge(reports, ranks.rank), step, ranks.rank)
+            _seal(tmp, final, _merge(reports, ranks.rank), step, ranks.rank, run=run)
             test_hook("renamed", step, ranks.rank)
     except Exception as err:  # every rank learns the outcome below, so none waits for a rank that gave up
         sealed = err

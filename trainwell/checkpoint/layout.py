@@ -98,13 +98,48 @@ def _checkpoint_folders(output_dir: str | os.PathLike) -> list[tuple[int, Path]]
     return sorted(found, key=lambda item: item[0])
 
 
-def list_complete_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """The complete ``checkpoint-<step>`` folders of ``output_dir`` (trainwell's own), sorted by step ascending.
+def _run_and_time(folder: Path) -> tuple[str | None, float]:
+    """The run a checkpoint belongs to (its marker's ``run``) and when it was saved; a foreign folder, an older
+    marker without ``run`` or an unreadable one belongs to no named run (None), timed by the folder's mtime."""
+    try:
+        record = json.loads((folder / COMPLETE_MARKER).read_text(encoding="utf-8"))
+        run, created = record.get("run"), float(record["created"])
+        return (run if isinstance(run, str) and run else None), created
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        try:
+            return None, folder.stat().st_mtime
+        except OSError:
+            return None, 0.0
 
-    Folders without the completion marker (foreign checkpoints) are left out; a missing ``output_dir`` gives ``[]``.
-    Rotation works on this list only.
+
+def order_by_run(found: list[tuple[int, Path]], current_run: str | None = None) -> list[Path]:
+    """``(step, folder)`` pairs from oldest to newest: run by run, each run's by step, the runs in the order they
+    last saved (a marker's ``created``) and ``current_run`` (the training run's identity) after every other. So a
+    fresh run into a used folder has its checkpoints after every earlier run's, whatever their step numbers."""
+    runs = {path: _run_and_time(path) for _, path in found}
+    if len({run for run, _ in runs.values()}) <= 1:
+        return [path for _, path in found]  # one run: by step, as upstream
+    last_saved: dict[str | None, float] = {}
+    for run, created in runs.values():
+        last_saved[run] = max(created, last_saved.get(run, created))
+    rank = {run: (run is not None and run == current_run, when) for run, when in last_saved.items()}
+    return [path for _, path in sorted(found, key=lambda item: (rank[runs[item[1]][0]], item[0]))]
+
+
+def checkpoint_run(folder: str | os.PathLike) -> str | None:
+    """The identity of the run that wrote ``folder`` (recorded in its marker), or None (foreign, or unrecorded)."""
+    return _run_and_time(Path(folder))[0]
+
+
+def list_complete_checkpoints(output_dir: str | os.PathLike, *, current_run: str | None = None) -> list[Path]:
+    """The complete ``checkpoint-<step>`` folders of ``output_dir`` (trainwell's own), oldest first.
+
+    Oldest first: by step within one run; with several runs in the folder, run by run (:func:`order_by_run`:
+    ``current_run``'s last). Folders without the completion marker (foreign checkpoints) are left out; a missing
+    ``output_dir`` gives ``[]``. Rotation works on this list only.
     """
-    return [path for _, path in _checkpoint_folders(output_dir) if is_complete(path)]
+    return order_by_run([(step, path) for step, path in _checkpoint_folders(output_dir) if is_complete(path)],
+                        current_run)
 
 
 def list_foreign_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
@@ -112,18 +147,20 @@ def list_foreign_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     return [path for _, path in _checkpoint_folders(output_dir) if not is_complete(path)]
 
 
-def list_resumable_checkpoints(output_dir: str | os.PathLike) -> list[Path]:
-    """Every ``checkpoint-<step>`` folder of ``output_dir``, trainwell's and foreign ones, sorted by step ascending.
+def list_resumable_checkpoints(output_dir: str | os.PathLike, *, current_run: str | None = None) -> list[Path]:
+    """Every ``checkpoint-<step>`` folder of ``output_dir``, trainwell's and foreign ones, oldest first (by step
+    within one run; run by run with several, see :func:`order_by_run`): the last is the one to resume.
 
     trainwell never leaves a half-written folder under a ``checkpoint-<step>`` name (it writes into a temporary
     folder and renames it; a deletion renames first), so a folder without the marker is another tool's checkpoint
     (e.g. the upstream ``Trainer``'s); it is validated when it is loaded.
     """
-    return [path for _, path in _checkpoint_folders(output_dir)]
+    return order_by_run(_checkpoint_folders(output_dir), current_run)
 
 
 def get_last_checkpoint(folder: str | os.PathLike) -> str | None:
-    """Path of the ``checkpoint-<step>`` sub-folder of ``folder`` with the highest step, or None.
+    """Path of the newest ``checkpoint-<step>`` sub-folder of ``folder``, or None: the highest step (as upstream) of
+    the run that saved last, when several trainwell runs trained into ``folder`` (see :func:`order_by_run`).
 
     trainwell's folders in the middle of being written (``.tmp-checkpoint-*``) are skipped; a ``checkpoint-<step>``
     folder written by another tool (the upstream Trainer) counts, as upstream. See :mod:`trainwell.checkpoint`.
@@ -278,13 +315,17 @@ def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None) -> di
     return files
 
 
-def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
+def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]], *, run: str | None = None) -> None:
     """Write the completion marker (with the file list) into ``folder`` and fsync it.
 
     ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}``. The record:
-    ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}}``.
+    ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}, "run": run}`` (``run``, the identity
+    of the training run that saved it, only when given).
     """
-    record = {"format": MARKER_FORMAT, "created": time.time(), "checksum": default_algorithm(), "files": dict(files)}
+    record: dict[str, Any] = {"format": MARKER_FORMAT, "created": time.time(), "checksum": default_algorithm(),
+                              "files": dict(files)}
+    if run is not None:
+        record["run"] = run
     marker = folder / COMPLETE_MARKER
     with open(marker, "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
@@ -399,8 +440,11 @@ def _refuse_foreign(final: Path) -> None:
             "output_dir (the earlier checkpoints are intact)")
 
 
-def _replace_folder(tmp: Path, final: Path) -> None:
-    """Rename ``tmp`` to ``final``; an existing ``final`` (trainwell's) is moved aside first and deleted afterwards."""
+def _replace_folder(tmp: Path, final: Path, *, moved_aside: Callable[[], None] | None = None) -> None:
+    """Rename ``tmp`` to ``final``; an existing ``final`` (trainwell's) is moved aside first and deleted afterwards.
+
+    A kill between the two renames leaves both complete under temporary names; the next start promotes the new one
+    (:func:`cleanup_incomplete`). ``moved_aside()`` is called between them (the kill tests' hook)."""
     _refuse_foreign(final)
     aside = None
     if final.exists():
@@ -408,6 +452,8 @@ def _replace_folder(tmp: Path, final: Path) -> None:
         if aside.exists():
             shutil.rmtree(aside)
         os.rename(final, aside)
+        if moved_aside is not None:
+            moved_aside()
     try:
         os.rename(tmp, final)
     except BaseException:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..args.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from . import layout
 from .layout import CheckpointError
@@ -181,6 +182,9 @@ class CheckpointManager:
         self.should_save = should_save
         # set by the trainer from its backend: the engine's files are complete only in a folder every node sees
         self.engine_needs_shared_folder = False
+        # the identity of the training run saving here (set by the trainer): recorded in each marker, and this run's
+        # checkpoints count as newer than any other run's in rotation and discovery (layout.order_by_run)
+        self.run_id: str | None = None
         self._staged: tuple[Path, dict[str, Any]] | None = None  # (folder, states) while load() applies them
 
     def checkpoint_dir(self, step: int) -> Path:
@@ -231,7 +235,7 @@ class CheckpointManager:
         self.should_save = writes_here(self.output_dir, ranks, self.should_save,
                                        engine_needs_shared_folder=self.engine_needs_shared_folder)
         return commit_checkpoint(self.checkpoint_dir(step), step, ranks, should_save=self.should_save,
-                                 write_files=write_files, engine_save=engine_save)
+                                 write_files=write_files, engine_save=engine_save, run=self.run_id)
 
     @property
     def ranks(self) -> "Ranks":
@@ -261,7 +265,7 @@ class CheckpointManager:
         if c.args is not None:
             _write_text(folder / layout.TRAINING_ARGS_JSON_NAME, c.args.to_json_string())
             if c.write_model is None or not (folder / layout.TRAINING_ARGS_NAME).is_file():  # (_save wrote it)
-                _torch_save(c.args, folder / layout.TRAINING_ARGS_NAME)
+                _torch_save(without_secrets(c.args), folder / layout.TRAINING_ARGS_NAME)
         if c.data_state is not None:
             _write_text(folder / layout.DATA_STATE_NAME, json.dumps(c.data_state, indent=2))
         if c.write_model is None and c.processing_class is not None and hasattr(c.processing_class, "save_pretrained"):
@@ -275,11 +279,12 @@ class CheckpointManager:
 
         The newest checkpoint, ``best_model_checkpoint`` and ``keep`` (the checkpoint just saved: after a resume from
         an older checkpoint it is not the newest) are always kept, so a limit of 1 with a best checkpoint that is not
-        the newest keeps 2. Does nothing without a limit or when ``should_save`` is False.
+        the newest keeps 2. Oldest means every other run's checkpoints before this run's (``run_id``), whatever
+        their steps. Does nothing without a limit or when ``should_save`` is False.
         """
         if not self.should_save or not self.save_total_limit or self.save_total_limit <= 0:
             return []
-        found = layout.list_complete_checkpoints(self.output_dir)
+        found = layout.list_complete_checkpoints(self.output_dir, current_run=self.run_id)
         if not found:
             return []
         protected = {found[-1].resolve()}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .arguments import CLIError
+from .output_dir import check_output_dir
 
 PROG = "trainwell"
 
@@ -269,48 +270,6 @@ def run_train(argv: list[str]) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C: out now, but say where the run can go on from
         print(f"{PROG}: interrupted; {_newest_checkpoint_and_resume(args, argv)}", file=sys.stderr)
         return SIGNAL_EXIT_STATUS["SIGINT"]
-
-
-#: Files at the top of an output_dir that a finished run leaves (its final model and state).
-_RUN_FILES = ("model.safetensors", "pytorch_model.bin", "trainer_state.json", "all_results.json")
-#: Files the commands write next to a run (``trainwell plot``'s curves): removed with the run by --overwrite_output_dir.
-_RUN_SIDE_FILES = ("training_curves.png",)
-
-
-def check_output_dir(args: Any) -> None:
-    """A fresh run (no ``--resume_from_checkpoint``) into a folder holding another run's checkpoints or model is
-    refused: it would overwrite that run's model and its summary would be read next to the other run's checkpoints.
-
-    ``--overwrite_output_dir`` starts over: the earlier run's trainwell checkpoints and log are removed (folders
-    trainwell did not write are kept, and said so), and the removal is printed.
-    """
-    from ..checkpoint.layout import list_complete_checkpoints, list_foreign_checkpoints
-
-    if getattr(args, "resume_from_checkpoint", None) or not args.output_dir or not os.path.isdir(args.output_dir):
-        return
-    root = Path(args.output_dir)
-    own, foreign = list_complete_checkpoints(root), list_foreign_checkpoints(root)
-    files = [name for name in _RUN_FILES if (root / name).is_file()]
-    checkpoints = sorted(own + foreign, key=lambda p: int(p.name.rsplit("-", 1)[1]))
-    if not checkpoints and not files:
-        return
-    shown = ", ".join([p.name for p in checkpoints[-2:]] + files[:2])  # the newest checkpoints, the final model
-    if not args.overwrite_output_dir:
-        raise CLIError(f"--output_dir {root} already holds another run ({shown}); a fresh run would overwrite its "
-                       f"model. Continue it with --resume_from_checkpoint auto, start over with "
-                       f"--overwrite_output_dir (removes its checkpoints), or choose another --output_dir")
-    if getattr(args, "process_index", 0) != 0:
-        return
-    import shutil
-
-    for folder in own:
-        shutil.rmtree(folder)
-    for name in (*_RUN_FILES, *_RUN_SIDE_FILES, "train.log"):
-        if (root / name).is_file():
-            (root / name).unlink()
-    kept = f"; kept checkpoint folders trainwell did not write: {[p.name for p in foreign]}" if foreign else ""
-    print(f"{PROG}: --overwrite_output_dir: starting over in {root}; removed the earlier run's "
-          f"{len(own)} checkpoint(s) and its model, state and log{kept}", file=sys.stderr)
 
 
 def check_deepspeed_config(args: Any) -> None:

@@ -26,7 +26,7 @@ from ..backends.base import Backend
 from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
-from .output_dir import claim_output_dir, require_output_dir, resume_advice
+from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ..args.fields import TrainingArguments
@@ -197,9 +197,9 @@ class TrainerCheckpoints:
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self.resume_with_fallback = resume_from_checkpoint is True
             folder = self.manager.resolve_resume(resume_from_checkpoint)
-            # a fresh run never writes over another run's checkpoints (one promoted just now from an interrupted
-            # save is the relaunched job's own: its script asked get_last_checkpoint() before it existed)
+            # a fresh run supersedes a finished run's checkpoints (one promoted now is the relaunched job's own)
             claim_output_dir(self.args, folder, recovered=self._on_every_rank(recovered))
+            self.manager.run_id = run_identity(self.args, folder)
         except BaseException:
             self.release_output_dir()
             raise
@@ -506,7 +506,7 @@ class TrainerCheckpoints:
         rotation taking from the front keeps it."""
         from ..checkpoint.layout import list_complete_checkpoints
 
-        found = [p for p in list_complete_checkpoints(output_dir or self.output_dir)
+        found = [p for p in list_complete_checkpoints(output_dir or self.output_dir, current_run=self.manager.run_id)
                  if p.name.startswith(f"{prefix}-")]
         if use_mtime:
             found.sort(key=lambda p: p.stat().st_mtime)

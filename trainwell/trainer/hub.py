@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from ..args.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.option_enums import HubStrategy, SaveStrategy
 from .output_dir import require_output_dir
@@ -227,7 +228,7 @@ def _copy_model_files(folder: Path, output_dir: str, processing_class: Any, args
             os.replace(tmp, os.path.join(output_dir, name))
     if processing_class is not None and hasattr(processing_class, "save_pretrained"):
         processing_class.save_pretrained(output_dir)
-    torch.save(args, os.path.join(output_dir, f"{_TMP}training_args.bin"))
+    torch.save(without_secrets(args), os.path.join(output_dir, f"{_TMP}training_args.bin"))
     os.replace(os.path.join(output_dir, f"{_TMP}training_args.bin"), os.path.join(output_dir, "training_args.bin"))
 
 

@@ -1,21 +1,24 @@
-"""One ``output_dir`` holds one run's checkpoints.
+"""Runs sharing one ``output_dir``: the rule, the same for the Python API, the command line and every backend.
 
-Checkpoints are named by their step (``checkpoint-<step>``, upstream's layout), so two runs writing into one folder
-collide: the second overwrites the first's checkpoint of the same step, its rotation deletes the first's (or keeps
-the first's newer ones and deletes its own), and ``resume_from_checkpoint=True`` picks whichever is newest. The rule,
-the same for the Python API, the command line and every backend:
+Checkpoints are named by their step (``checkpoint-<step>``, upstream's layout), so two runs in one folder have
+checkpoints of the same names. Upstream trains into a used folder, writing over the earlier run's checkpoints and
+rotating by step (so it may delete the checkpoint it has just written and keep the earlier run's). trainwell trains
+too, as upstream (a notebook cell run again, two Trainers on one temporary folder, hyper-parameter trials sharing
+``output_dir``), but keeps the runs apart:
 
-- a run that resumes a checkpoint continues that checkpoint's run: it may write over the checkpoints of the steps it
-  trains again (they are the same run's, from before the point it went back to);
-- a fresh run into a folder that holds trainwell checkpoints and will write checkpoints of its own is refused
-  before its first step, naming the checkpoints and the three ways on: resume them (``resume_from_checkpoint=True``),
-  start over (``overwrite_output_dir=True``: trainwell deletes the checkpoints it wrote), or another ``output_dir``.
-  A notebook that runs ``trainer.train()`` again gets that message, and nothing on disk changes;
+- every training run has an identity (:func:`run_identity`), recorded in the completion marker of each checkpoint
+  it writes; a run that resumes a checkpoint continues that checkpoint's run;
+- a fresh run into a folder holding a finished run's checkpoints is warned once, naming the checkpoints it
+  supersedes; its own checkpoints count as newer than every earlier run's, whatever their steps: rotation
+  (``save_total_limit``) deletes the earlier run's first and never this run's newest, and ``resume_from_checkpoint
+  =True``, ``"auto"`` and ``get_last_checkpoint`` take this run's newest once it has one
+  (:func:`trainwell.checkpoint.layout.order_by_run`);
+- a checkpoint of the same name as an earlier run's replaces it only through the atomic commit (the old folder is
+  moved aside, the new one renamed into place: a kill in between leaves one of the two complete);
+- a live run's folder is refused by the lock (:mod:`trainwell.checkpoint.lock`), whatever the arguments;
+- ``overwrite_output_dir=True`` deletes the earlier run's trainwell checkpoints (under the lock) and starts over;
 - folders trainwell did not write (another tool's checkpoints, a user's ``checkpoint-7``) are never deleted nor
-  overwritten, and never rotated; a fresh run may train next to them (it is warned at its start when one of its saves
-  would land on one of them, and that save is refused);
-- a fresh run that writes no checkpoint (``save_strategy="no"``) may use the folder: it is warned that its final
-  model, if saved, replaces the earlier run's.
+  overwritten, and never rotated (a save that would land on one of them is refused, and said so at the start).
 """
 
 from __future__ import annotations
@@ -25,10 +28,6 @@ from pathlib import Path
 from typing import AbstractSet, Any
 
 logger = logging.getLogger("trainwell.trainer")
-
-
-class OutputDirInUseError(ValueError):
-    """A fresh run would write its checkpoints into a folder that holds another run's."""
 
 
 def require_output_dir(output_dir: str | None) -> str:
@@ -48,36 +47,50 @@ def _names(folders: list[Path]) -> str:
 def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: AbstractSet[str] = frozenset()) -> None:
     """Apply the rule of the module docstring for a run starting from ``resume_from`` (None: a fresh run).
 
-    Every rank calls it and decides alike (each reads its own ``output_dir``); only the saving ranks delete.
-    ``recovered``: names of checkpoints this start promoted from an interrupted save (the relaunched job's own,
-    which a script asking ``get_last_checkpoint()`` before ``train()`` could not see): they do not refuse the run.
+    Every rank calls it and decides alike (each reads its own ``output_dir``); only the saving ranks delete or warn.
+    ``recovered``: names of checkpoints this start promoted from an interrupted save (the relaunched job's own): not
+    named as superseded.
     """
     from ..checkpoint.layout import delete_checkpoint, list_complete_checkpoints
 
     if resume_from is not None or not args.output_dir or not Path(args.output_dir).is_dir():
         return
-    own = [p for p in list_complete_checkpoints(args.output_dir) if p.name not in recovered]
-    if not own:
+    earlier = [p for p in list_complete_checkpoints(args.output_dir) if p.name not in recovered]
+    if not earlier or not args.should_save:
         return  # another tool's folders only: trainwell never touches them (see _warn_foreign_checkpoints)
     writes_checkpoints = args.save_strategy != "no" or getattr(args, "enable_jit_checkpoint", False)
-    if not writes_checkpoints:
+    if writes_checkpoints and args.overwrite_output_dir:
+        for folder in earlier:
+            delete_checkpoint(folder)
+        logger.warning("overwrite_output_dir=True: deleted the earlier run's checkpoints in %s (%s); this run "
+                       "starts over", args.output_dir, _names(earlier))
+    elif writes_checkpoints:
+        logger.warning("output_dir %s holds an earlier run's checkpoints (%s): this fresh run supersedes them (as "
+                       "upstream, it trains into the folder). Its checkpoints count as newer than those whatever "
+                       "their steps: save_total_limit rotates the earlier ones away first, a save of the same step "
+                       "replaces that checkpoint, and resume_from_checkpoint=True takes this run's newest. To "
+                       "continue that run instead, use train(resume_from_checkpoint=True).",
+                       args.output_dir, _names(earlier))
+    else:
         logger.warning("output_dir %s holds another run's checkpoints (%s); this run saves none, and its final model, "
                        "if saved, replaces that run's. Continue that run with train(resume_from_checkpoint=True), or "
-                       "use another output_dir.", args.output_dir, _names(own))
-        return
-    if args.overwrite_output_dir:
-        if args.should_save:
-            for folder in own:
-                delete_checkpoint(folder)
-            logger.warning("overwrite_output_dir=True: deleted the earlier run's checkpoints in %s (%s); this run "
-                           "starts over", args.output_dir, _names(own))
-        return
-    raise OutputDirInUseError(
-        f"output_dir {args.output_dir} already holds another run's checkpoints ({_names(own)}); this fresh "
-        "run would write checkpoints of the same names over them, and its rotation would delete them. Continue "
-        "that run with train(resume_from_checkpoint=True), start over with "
-        "TrainingArguments(overwrite_output_dir=True) (deletes them), or give this run another output_dir. Nothing "
-        "was changed.")
+                       "use another output_dir.", args.output_dir, _names(earlier))
+
+
+def run_identity(args: Any, resumed: Path | None) -> str:
+    """The identity of a run starting from ``resumed``: that checkpoint's run (a resume continues it), else a new
+    one. Rank 0's on every rank (one gather), so that every saving rank writes the same into its markers."""
+    import uuid
+
+    from ..checkpoint.layout import checkpoint_run
+
+    identity = (checkpoint_run(resumed) if resumed is not None else None) or uuid.uuid4().hex[:16]
+    if args.world_size > 1:
+        from ..runtime.distributed import all_gather_object, is_dist
+
+        if is_dist():
+            identity = all_gather_object(identity)[0]
+    return identity
 
 
 def resume_advice(output_dir: str, folder: Path) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from ..args.secrets import without_secrets
 from ..backends.base import WeightsNotGathered
 from ..utils.model_utils import unwrap_model
 from .output_dir import require_output_dir
@@ -45,7 +46,7 @@ def write_model_files(parts: TrainerCheckpoints, output_dir: str | os.PathLike, 
     save_model_weights(unwrap_model(parts._trainer.model), output_dir,
                        safe_serialization=parts.args.save_safetensors, state_dict=state_dict)
     save_processing_class(parts, output_dir)
-    torch_save(parts.args, Path(output_dir) / TRAINING_ARGS_NAME)
+    torch_save(without_secrets(parts.args), Path(output_dir) / TRAINING_ARGS_NAME)
 
 
 def save_processing_class(parts: TrainerCheckpoints, output_dir: str | os.PathLike) -> None:
@@ -140,6 +141,6 @@ def save_model(parts: TrainerCheckpoints, output_dir: str | None = None, _intern
         parts._call_save(Path(output_dir), weights)  # the Trainer's _save (a subclass's override), as upstream
     else:  # the engine's checkpoint holds the weights; the rest of what _save writes
         save_processing_class(parts, output_dir)
-        torch.save(parts.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        torch.save(without_secrets(parts.args), os.path.join(output_dir, TRAINING_ARGS_NAME))
     if parts.args.push_to_hub and not _internal_call:
         trainer.push_to_hub(commit_message="Model save", revision=parts.args.hub_revision)

@@ -140,6 +140,7 @@ class Trainer:
                                     or type(self).evaluation_loop is not Trainer.evaluation_loop)
         self.preprocess_logits_for_metrics = preprocess_logits_for_metrics
         self.optimizer, self.lr_scheduler = optimizers
+        self._created_lr_scheduler = False  # upstream's flag: a schedule create_scheduler built is rebuilt per train()
         self.optimizer_cls_and_kwargs = optimizer_cls_and_kwargs
         if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
@@ -294,6 +295,7 @@ class Trainer:
             from ..optim.schedules import trainer_scheduler
 
             self.lr_scheduler = trainer_scheduler(self.args, optimizer or self.optimizer, num_training_steps)
+            self._created_lr_scheduler = True
         return self.lr_scheduler
 
     def create_optimizer_and_scheduler(self, num_training_steps: int) -> None:
@@ -497,6 +499,8 @@ class Trainer:
             enable_full_determinism(self.args.seed) if self.args.full_determinism else set_seed(self.args.seed)
             self._adopt_model(self.call_model_init(trial))
             self.optimizer, self.lr_scheduler = None, None
+        if self._created_lr_scheduler:  # as upstream: a second train() gets a new schedule (the optimizer is kept)
+            self.lr_scheduler, self._created_lr_scheduler = None, False
         resume_from = self._tw_checkpoints.resolve_resume(resume_from_checkpoint)
         if self.args.train_batch_size != self._tw_requested_batch_size:  # new arguments (a hyperparameter search trial)
             self._train_batch_size = self._tw_requested_batch_size = self.args.train_batch_size
