@@ -28,7 +28,6 @@ ROOT = Path(__file__).resolve().parents[2]
 # field -> why trainwell's value (after __post_init__) differs from transformers 5.23's
 DELIBERATE = {
     "average_tokens_across_devices": "False (upstream: True): the seeds' default; True works as upstream",
-    "include_num_input_tokens_seen": "a bool (upstream: 'no'/'all'/'non_padding'): True counts every input token",
     "accelerator_config": "None (upstream: an AcceleratorConfig object): trainwell does not run on accelerate",
     "fsdp": "[] (upstream: None): the same meaning, an empty option list",
     "fsdp_config": "a dict (upstream: None): the options trainwell reads, with their defaults",

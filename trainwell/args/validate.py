@@ -39,6 +39,8 @@ trainer_log_levels: dict[str, int] = {
 }
 
 INCLUDE_FOR_METRICS = ("inputs", "loss")
+TOKENS_SEEN_MODES = ("all", "non_padding", "no")
+TRAIN_SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance")
 TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl")
 _DICT_FIELDS = ("lr_scheduler_kwargs", "fsdp_config", "accelerator_config", "deepspeed",
@@ -141,6 +143,27 @@ def _normalise_report_to(value: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def tokens_seen_mode(value: Any) -> str:
+    """``include_num_input_tokens_seen`` as upstream 5.2x holds it: ``"all"``, ``"non_padding"`` or ``"no"`` (True is
+    ``"all"``, False or None ``"no"``); anything else is a ``ValueError`` naming the values."""
+    if isinstance(value, str) and value.lower() in ("true", "false"):  # the command line's text for a bool
+        value = value.lower() == "true"
+    if value is None or isinstance(value, bool):
+        return "all" if value else "no"
+    if value not in TOKENS_SEEN_MODES:
+        raise ValueError(f"include_num_input_tokens_seen={value!r} is not valid; choose one of "
+                         f"{list(TOKENS_SEEN_MODES)} (or True for 'all', False for 'no').")
+    return str(value)
+
+
+def _mps_available() -> bool:
+    """Whether torch sees an Apple MPS device (torch is imported only when asked)."""
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
 def _runs_on_cpu(use_cpu: bool) -> bool:
     """Whether this process would train on the CPU (no CUDA or MPS device, or ``use_cpu``)."""
     if use_cpu:
@@ -156,6 +179,7 @@ class ArgumentValidation:
     ``TFTrainingArguments`` extend a step with ``super()``)."""
 
     def __post_init__(self) -> None:
+        self._check_empty_cache_steps()
         coerce_field_types(self)  # "1e-3" -> 1e-3 as the parser would; a TypeError naming the field otherwise
         self._apply_deprecations()
         self._normalise_paths()
@@ -163,6 +187,7 @@ class ArgumentValidation:
         self._parse_dict_fields()
         self._resolve_activation_checkpointing()
         self._check_numbers()
+        self._resolve_data_loading()
         self._resolve_step_intervals()
         self._resolve_best_model()
         self._check_precision()
@@ -172,6 +197,16 @@ class ArgumentValidation:
         self.report_to = _normalise_report_to(self.report_to)
         self._resolve_misc()
         self._tf32_for_compile()
+
+    def _check_empty_cache_steps(self) -> None:
+        """Upstream 5.2x's rule, before any text is converted: a value given as a number must be an ``int`` (not a
+        bool, not a float such as 2.0) bigger than 0; command-line text ("4") is converted, then checked the same."""
+        value = self.torch_empty_cache_steps
+        if value is None or isinstance(value, str):
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"torch_empty_cache_steps must be a positive integer (an int bigger than 0), or None to "
+                             f"never empty the cache; got torch_empty_cache_steps={value!r}.")
 
     def _resolve_activation_checkpointing(self) -> None:
         """Upstream 5.24's rule (``TrainingArguments.__post_init__``): ``gradient_checkpointing*`` are deprecated
@@ -289,7 +324,11 @@ class ArgumentValidation:
             (self.dataloader_prefetch_factor is not None and self.dataloader_num_workers == 0,
              "dataloader_prefetch_factor needs dataloader_num_workers > 0 (loading in worker processes)"),
             (self.torch_empty_cache_steps is not None and self.torch_empty_cache_steps < 1,
-             "torch_empty_cache_steps must be a positive integer, or None to never empty the cache"),
+             "torch_empty_cache_steps must be a positive integer (an int bigger than 0), or None to never empty the "
+             "cache"),
+            (self.dataloader_multiprocessing_context is not None and self.dataloader_num_workers == 0,
+             "dataloader_multiprocessing_context needs dataloader_num_workers > 0 (a start method for worker "
+             "processes; torch's DataLoader refuses it without workers)"),
         ]
         for failed, message in checks:
             if failed:  # each message starts with the name of the field it checks
@@ -297,6 +336,27 @@ class ArgumentValidation:
                 raise ValueError(f"{message}; got {name}={getattr(self, name)!r}.")
         if self.warmup_steps > 0 and (self.warmup_ratio or 0) > 0:
             logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
+
+    def _resolve_data_loading(self) -> None:
+        """``train_sampling_strategy`` with the seeds' ``group_by_length`` (True beside the default ``"random"`` means
+        ``"group_by_length"``; the flag then mirrors the strategy so that code reading either name agrees), ``include_num_input_tokens_seen`` as
+        upstream 5.2x's strings, and upstream's ``"fork"`` workers on MPS."""
+        strategy = self.train_sampling_strategy
+        if strategy not in TRAIN_SAMPLING_STRATEGIES:
+            raise ValueError(f"train_sampling_strategy={strategy!r} is not valid; choose one of "
+                             f"{list(TRAIN_SAMPLING_STRATEGIES)}.")
+        # the flag counts only beside the default strategy: a copy of resolved arguments (dataclasses.replace) that
+        # changes the strategy then takes the new one, as with upstream's renamed checkpointing fields
+        if self.group_by_length and strategy == "random":
+            self.train_sampling_strategy = "group_by_length"
+        self.group_by_length = self.train_sampling_strategy == "group_by_length"
+        self.include_num_input_tokens_seen = tokens_seen_mode(self.include_num_input_tokens_seen)
+        if (self.dataloader_multiprocessing_context is None and self.dataloader_num_workers > 1
+                and _mps_available()):
+            self.dataloader_multiprocessing_context = "fork"  # as upstream: MPS needs forked workers
+        if self.trackio_static_space_id is True:
+            raise ValueError("trackio_static_space_id=True is not valid: pass a Space id, False (no static Space) "
+                             "or None (a default one when the model is pushed to the Hub).")
 
     def _resolve_step_intervals(self) -> None:
         for name in ("logging_steps", "eval_steps", "save_steps", "warmup_steps"):
@@ -497,6 +557,8 @@ class ArgumentValidation:
              "'tpu_metrics_debug' prints torch_xla metrics and torch_xla is not installed: drop it from debug"),
             ("mp_parameters", bool(self.mp_parameters), "SageMaker model parallelism is not supported by "
              "trainwell: leave mp_parameters empty (use fsdp or deepspeed to shard a model)"),
+            ("train_sampling_strategy", self.train_sampling_strategy == "batch_rebalance", "trainwell has no "
+             "cost-balanced batch sampler (batches of varying size): use 'group_by_length' to cut padding"),
         )
         for name, refused, why in checks:
             if refused:

@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..args.fields import TrainingArguments
+from ..args.validate import tokens_seen_mode
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
@@ -170,6 +171,9 @@ class Trainer:
         if args.push_to_hub:
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+        model_config = getattr(self.model, "config", None)
+        if model_config is not None:  # as upstream: the model's cache only as args.use_cache says
+            model_config.use_cache = args.use_cache
         self._memory_tracker.stop_and_update_metrics()
 
     def _adopt_model(self, model: nn.Module) -> None:
@@ -435,10 +439,21 @@ class Trainer:
         """The memory of ``past_index`` models (upstream's ``_past``): reset by the loops, fed back as ``mems``."""
         self._past = value
 
-    def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
-        """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
+    def _count_input_tokens(self, inputs: Mapping[str, Any], *, non_padding: bool = False) -> int:
+        """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input); with
+        ``non_padding`` (its ``"non_padding"`` mode) as upstream: the ``attention_mask``'s sum, else the elements
+        that are not the processing class's ``pad_token_id``, else all."""
         main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
-        return int(main.numel()) if isinstance(main, torch.Tensor) else 0
+        if not isinstance(main, torch.Tensor):
+            return 0
+        if non_padding:
+            mask = inputs.get("attention_mask")
+            if isinstance(mask, torch.Tensor):
+                return int(mask.sum())
+            pad_id = getattr(self.processing_class, "pad_token_id", None)
+            if pad_id is not None:
+                return int((main != pad_id).sum())
+        return int(main.numel())
 
     def _flops_counter(self) -> Callable[[Any], int]:
         """What the training loop calls per micro-batch for its FLOPs, read once per run: the rule for this model,
@@ -560,7 +575,7 @@ class Trainer:
         """Record ``logs`` in ``state.log_history`` (with epoch and step) and send them to the callbacks."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
-        if self.args.include_num_input_tokens_seen:
+        if tokens_seen_mode(self.args.include_num_input_tokens_seen) != "no":
             logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)
