@@ -18,7 +18,8 @@ from trainwell import Trainer, TrainingArguments
 
 NEW_FIELDS = {"train_sampling_strategy": "random", "dataloader_in_order": True,
               "dataloader_multiprocessing_context": None, "use_cache": False, "project": "huggingface",
-              "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None}
+              "trackio_space_id": None, "trackio_bucket_id": None, "trackio_static_space_id": None,
+              "parallelism_config": None}
 
 
 def _numbered(n: int = 12) -> list[dict[str, torch.Tensor]]:
@@ -169,3 +170,19 @@ def test_trackio_gets_the_project_space_bucket_and_static_space(tmp_path, monkey
     else:
         assert freezes[0]["space_id"] == "me/space" and freezes[0]["project"] == "proj"
         assert freezes[0]["new_space_id"] == static if static else freezes[0]["new_space_id"].startswith("proj-static-")
+
+
+def test_parallelism_config_holds_data_parallelism_only(tmp_path):
+    """None by default (upstream's value too: TRL's GRPOConfig reads it); accelerate's ParallelismConfig asking for
+    tensor/context/sequence parallelism or a sharded data dimension is refused, a data-parallel one kept and written by
+    ``to_dict``."""
+    accelerate = pytest.importorskip("accelerate.parallelism_config")
+    with pytest.raises(NotImplementedError, match=r"parallelism_config asks for \{'tp_size': 2\}"):
+        TrainingArguments(str(tmp_path), parallelism_config=accelerate.ParallelismConfig(tp_size=2))
+    with pytest.raises(ValueError, match="must be an accelerate ParallelismConfig"):
+        TrainingArguments(str(tmp_path), parallelism_config="tp_size=2")
+    args = TrainingArguments(str(tmp_path), parallelism_config=accelerate.ParallelismConfig(dp_replicate_size=1))
+    assert args.to_dict()["parallelism_config"]["dp_replicate_size"] == 1
+    import json
+
+    json.loads(args.to_json_string())

@@ -238,6 +238,8 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     sharded_ddp: list[ShardedDDPOption] | str | None = _f("", "Deprecated: 'simple' (ZeRO optimizer) or "
                                                          "zero_dp_2/zero_dp_3 (mapped to fsdp).")
     accelerator_config: dict | str | None = _f(None, "Data-loading config (dict, JSON string or JSON file).")
+    parallelism_config: Any = _f(None, "accelerate's ParallelismConfig (read by TRL's configs): data parallelism only "
+                                       "(tp/cp/sp/dp_shard sizes of 1; use fsdp or deepspeed to shard).")
     deepspeed: dict | str | None = _f(None, "DeepSpeed config (path to a JSON file, JSON string or dict).")
     label_smoothing_factor: float = _f(0.0, "Label smoothing epsilon (0 disables).")
     optim: OptimizerNames | str = _f(_default_optim(), "The optimizer (default, as upstream 5.x: adamw_torch_fused "
@@ -338,6 +340,10 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
         for key, value in out.items():
             if key.endswith("_token") and value is not None:
                 out[key] = f"<{key.upper()}>"
+        if self.parallelism_config is not None:  # its sizes (upstream's to_json() returns nothing to write)
+            config = self.parallelism_config
+            items = config.items() if isinstance(config, dict) else vars(config).items()
+            out["parallelism_config"] = {k: _plain(v) for k, v in items if k != "device_mesh" and not k.startswith("_")}
         self._dict_dtype_to_str(out)
         return out
 

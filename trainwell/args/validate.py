@@ -569,6 +569,25 @@ class ArgumentValidation:
                              f"{getattr(self.optim, 'value', self.optim)!r} ignores it: set optim='galore_adamw' "
                              "(or another galore_*/apollo_* name) or leave optim_target_modules unset.")
         self._check_accelerator_config()
+        self._check_parallelism_config()
+
+    def _check_parallelism_config(self) -> None:
+        """accelerate's ``ParallelismConfig``: None (upstream's value when none is given), or one asking for no more than
+        the data parallelism trainwell runs under a launcher; tensor/context/sequence parallelism and a sharded data
+        dimension are refused with what to use instead."""
+        config = self.parallelism_config
+        if config is None:
+            return
+        if isinstance(config, str):
+            raise ValueError(f"parallelism_config={config!r} must be an accelerate ParallelismConfig (or a dict of its "
+                             "sizes), not text; leave it unset for plain data parallelism.")
+        read = config.get if isinstance(config, dict) else (lambda name: getattr(config, name, None))
+        asked = {name: read(name) for name in ("tp_size", "cp_size", "sp_size", "dp_shard_size")}
+        beyond = {name: size for name, size in asked.items() if size is not None and size > 1}
+        if beyond:
+            raise NotImplementedError(
+                f"parallelism_config asks for {beyond}: trainwell runs data parallelism only (one replica per process "
+                "under torchrun); shard a model with fsdp or deepspeed instead, and leave parallelism_config unset.")
 
     def _check_accelerator_config(self) -> None:
         """The accelerate data-loading options: values that match trainwell's loaders, else an error."""
