@@ -29,7 +29,8 @@ from ..utils.option_enums import (
     ShardedDDPOption,
 )
 from ..utils.preflight import coerce_field_types
-from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations
+from .data_options import check_parallelism_config, resolve_data_options
+from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations, is_kubeflow_available
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ trainer_log_levels: dict[str, int] = {
 }
 
 INCLUDE_FOR_METRICS = ("inputs", "loss")
-TOKENS_SEEN_MODES = ("all", "non_padding", "no")
-TRAIN_SAMPLING_STRATEGIES = ("random", "sequential", "group_by_length", "batch_rebalance")
 TORCH_COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 DDP_BACKENDS = ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl")
 _DICT_FIELDS = ("lr_scheduler_kwargs", "fsdp_config", "accelerator_config", "deepspeed",
@@ -143,27 +142,6 @@ def _normalise_report_to(value: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def tokens_seen_mode(value: Any) -> str:
-    """``include_num_input_tokens_seen`` as upstream 5.2x holds it: ``"all"``, ``"non_padding"`` or ``"no"`` (True is
-    ``"all"``, False or None ``"no"``); anything else is a ``ValueError`` naming the values."""
-    if isinstance(value, str) and value.lower() in ("true", "false"):  # the command line's text for a bool
-        value = value.lower() == "true"
-    if value is None or isinstance(value, bool):
-        return "all" if value else "no"
-    if value not in TOKENS_SEEN_MODES:
-        raise ValueError(f"include_num_input_tokens_seen={value!r} is not valid; choose one of "
-                         f"{list(TOKENS_SEEN_MODES)} (or True for 'all', False for 'no').")
-    return str(value)
-
-
-def _mps_available() -> bool:
-    """Whether torch sees an Apple MPS device (torch is imported only when asked)."""
-    import torch
-
-    mps = getattr(torch.backends, "mps", None)
-    return mps is not None and mps.is_available()
-
-
 def _runs_on_cpu(use_cpu: bool) -> bool:
     """Whether this process would train on the CPU (no CUDA or MPS device, or ``use_cpu``)."""
     if use_cpu:
@@ -195,6 +173,8 @@ class ArgumentValidation:
         self._resolve_fsdp()
         self._check_deepspeed()
         self.report_to = _normalise_report_to(self.report_to)
+        if is_kubeflow_available() and "kubeflow" not in self.report_to:  # as upstream: a TrainJob gets its progress
+            self.report_to = [*self.report_to, "kubeflow"]
         self._resolve_misc()
         self._tf32_for_compile()
 
@@ -338,25 +318,7 @@ class ArgumentValidation:
             logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
 
     def _resolve_data_loading(self) -> None:
-        """``train_sampling_strategy`` with the seeds' ``group_by_length`` (True beside the default ``"random"`` means
-        ``"group_by_length"``; the flag then mirrors the strategy so that code reading either name agrees), ``include_num_input_tokens_seen`` as
-        upstream 5.2x's strings, and upstream's ``"fork"`` workers on MPS."""
-        strategy = self.train_sampling_strategy
-        if strategy not in TRAIN_SAMPLING_STRATEGIES:
-            raise ValueError(f"train_sampling_strategy={strategy!r} is not valid; choose one of "
-                             f"{list(TRAIN_SAMPLING_STRATEGIES)}.")
-        # the flag counts only beside the default strategy: a copy of resolved arguments (dataclasses.replace) that
-        # changes the strategy then takes the new one, as with upstream's renamed checkpointing fields
-        if self.group_by_length and strategy == "random":
-            self.train_sampling_strategy = "group_by_length"
-        self.group_by_length = self.train_sampling_strategy == "group_by_length"
-        self.include_num_input_tokens_seen = tokens_seen_mode(self.include_num_input_tokens_seen)
-        if (self.dataloader_multiprocessing_context is None and self.dataloader_num_workers > 1
-                and _mps_available()):
-            self.dataloader_multiprocessing_context = "fork"  # as upstream: MPS needs forked workers
-        if self.trackio_static_space_id is True:
-            raise ValueError("trackio_static_space_id=True is not valid: pass a Space id, False (no static Space) "
-                             "or None (a default one when the model is pushed to the Hub).")
+        resolve_data_options(self)  # train_sampling_strategy, include_num_input_tokens_seen, ... (see .data_options)
 
     def _resolve_step_intervals(self) -> None:
         for name in ("logging_steps", "eval_steps", "save_steps", "warmup_steps"):
@@ -569,25 +531,7 @@ class ArgumentValidation:
                              f"{getattr(self.optim, 'value', self.optim)!r} ignores it: set optim='galore_adamw' "
                              "(or another galore_*/apollo_* name) or leave optim_target_modules unset.")
         self._check_accelerator_config()
-        self._check_parallelism_config()
-
-    def _check_parallelism_config(self) -> None:
-        """accelerate's ``ParallelismConfig``: None (upstream's value when none is given), or one asking for no more than
-        the data parallelism trainwell runs under a launcher; tensor/context/sequence parallelism and a sharded data
-        dimension are refused with what to use instead."""
-        config = self.parallelism_config
-        if config is None:
-            return
-        if isinstance(config, str):
-            raise ValueError(f"parallelism_config={config!r} must be an accelerate ParallelismConfig (or a dict of its "
-                             "sizes), not text; leave it unset for plain data parallelism.")
-        read = config.get if isinstance(config, dict) else (lambda name: getattr(config, name, None))
-        asked = {name: read(name) for name in ("tp_size", "cp_size", "sp_size", "dp_shard_size")}
-        beyond = {name: size for name, size in asked.items() if size is not None and size > 1}
-        if beyond:
-            raise NotImplementedError(
-                f"parallelism_config asks for {beyond}: trainwell runs data parallelism only (one replica per process "
-                "under torchrun); shard a model with fsdp or deepspeed instead, and leave parallelism_config unset.")
+        check_parallelism_config(self.parallelism_config)
 
     def _check_accelerator_config(self) -> None:
         """The accelerate data-loading options: values that match trainwell's loaders, else an error."""

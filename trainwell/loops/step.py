@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
-from ..args.validate import tokens_seen_mode
+from ..args.data_options import tokens_seen_mode
 from ..callbacks.events import QUIET_EVENT
 from ..utils.overrides import accepts
 from .loop_state import WINDOW_SETTLE_EVERY, LoopState

@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..args.fields import TrainingArguments
-from ..args.validate import tokens_seen_mode
+from ..args.data_options import tokens_seen_mode
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
