@@ -186,13 +186,14 @@ class Trainer:
         if self.is_model_parallel and args.n_gpu > 1:  # upstream forces n_gpu=1: the model manages the GPUs
             args.__dict__["_runtime_cache"] = (*args._runtime()[:2], 1)
             self._tw_n_gpu = 1
-        # upstream's place_model_on_device: False for model parallelism, DeepSpeed and FSDP (the backend places the
-        # model when it prepares it: FSDP shards it unit by unit) and fp16/bf16_full_eval (cast on the device at
-        # evaluation); a bitsandbytes 4/8-bit model is placed when it is loaded (.to raises on it)
-        self.place_model_on_device = (args.place_model_on_device and not self.is_model_parallel
-                                      and not self.backend.caps.places_model
-                                      and not (args.fp16_full_eval or args.bf16_full_eval)
-                                      and not is_bitsandbytes_quantized(model))
+        # upstream's place_model_on_device: the arguments' value when set (a subclass's property), else False for
+        # model parallelism, DeepSpeed and FSDP (the backend places the model when it prepares it: FSDP shards it unit
+        # by unit) and fp16/bf16_full_eval (cast on the device at evaluation); a bitsandbytes 4/8-bit model is placed
+        # when it is loaded (.to raises on it)
+        asked = args.place_model_on_device
+        self.place_model_on_device = (asked if asked is not None else (
+            not self.is_model_parallel and not self.backend.caps.places_model
+            and not (args.fp16_full_eval or args.bf16_full_eval))) and not is_bitsandbytes_quantized(model)
         self.model = model.to(args.device) if self.place_model_on_device else model
         self.model_wrapped = self.model
         params = forward_parameters(self.model)
