@@ -472,7 +472,7 @@ def test_runtime_on_cpu_without_launcher(tmp_path, transformers_logging_not_load
     assert (args.world_size, args.process_index, args.local_process_index) == (1, 0, 0)
     assert args.parallel_mode == ParallelMode.NOT_PARALLEL
     assert (args.train_batch_size, args.eval_batch_size) == (4, 6)
-    assert args.place_model_on_device and args.should_log and args.should_save
+    assert args.place_model_on_device is None and args.should_log and args.should_save  # None: the Trainer decides
     assert args.get_process_log_level() == logging.WARNING
     assert make(tmp_path, log_level="info").get_process_log_level() == logging.INFO
     assert not dist.is_initialized()

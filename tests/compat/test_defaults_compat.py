@@ -1,7 +1,7 @@
 """Defaults and rules match upstream's (the installed ``transformers`` is the oracle), or differ on purpose.
 
-Every deliberate difference is listed in ``DELIBERATE`` with its reason, and the README's table "Differences from the
-upstream Trainer" says the same; any other default that drifts from upstream fails ``test_field_defaults``.
+Every deliberate difference is listed with its reason in ``trainwell.args.differences.FIELD_DIFFERENCES``, the table
+the README shows; any other default that drifts from upstream fails ``test_field_defaults``.
 """
 
 from __future__ import annotations
@@ -19,22 +19,15 @@ from torch import nn
 from torch.nn import functional as F
 
 import trainwell
+from trainwell.args.differences import FIELD_DIFFERENCES
 from helpers.launch import run_json, torchrun
 
 transformers = pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# field -> why trainwell's value (after __post_init__) differs from transformers 5.23's
-DELIBERATE = {
-    "average_tokens_across_devices": "False (upstream: True): the seeds' default; True works as upstream",
-    "include_num_input_tokens_seen": "a bool (upstream: 'no'/'all'/'non_padding'): True counts every input token",
-    "accelerator_config": "None (upstream: an AcceleratorConfig object): trainwell does not run on accelerate",
-    "fsdp": "[] (upstream: None): the same meaning, an empty option list",
-    "fsdp_config": "a dict (upstream: None): the options trainwell reads, with their defaults",
-    "lr_scheduler_kwargs": "{} (upstream: None): the same meaning",
-    "run_name": "output_dir (upstream: None): the seeds' default, read by the trackers",
-}
+# the fields whose value after __post_init__ differs from upstream's on purpose: the one table of differences
+DELIBERATE = {name for name, diff in FIELD_DIFFERENCES.items() if "value" in diff.aspects}
 
 
 def _plain(value):
@@ -56,7 +49,7 @@ def test_field_defaults(tmp_path):
     common = ({f.name for f in dataclasses.fields(ours)} & {f.name for f in dataclasses.fields(theirs)})
     common.discard("disable_tqdm")  # follows each library's own logger level (other tests change transformers')
     differ = {name for name in common if _plain(getattr(ours, name)) != _plain(getattr(theirs, name))}
-    assert differ == set(DELIBERATE), "update DELIBERATE and the README table, or fix the default"
+    assert differ == DELIBERATE, "update trainwell/args/differences.py and the README table, or fix the default"
 
 
 def test_report_to_defaults_to_none_like_current_upstream(tmp_path):

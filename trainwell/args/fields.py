@@ -204,8 +204,25 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
                                   "in (0, 1) is a ratio of the run).")
     dataloader_num_workers: int = _f(0, "Data loading subprocesses (0: load in the main process).")
     dataloader_prefetch_factor: int | None = _f(None, "Batches loaded in advance by each worker.")
+    dataloader_multiprocessing_context: str | None = _f(
+        None, "Start method of the data loading workers ('fork', 'spawn' or 'forkserver'; needs "
+        "dataloader_num_workers > 0). Default: PyTorch's ('fork' on MPS with more than one worker).",
+        choices=["fork", "spawn", "forkserver"])
+    dataloader_in_order: bool = _f(True, "Yield batches in the order workers were dispatched; False: as soon as "
+                                         "they are ready (less tail latency with several workers).")
+    train_sampling_strategy: str = _f("random", "Sampler for training: 'random', 'sequential' or 'group_by_length' "
+                                      "('batch_rebalance' is upstream's, not supported).",
+                                      choices=["random", "sequential", "group_by_length", "batch_rebalance"])
     past_index: int = _f(-1, "Index of the model output holding past states (fed back as `mems`).")
     run_name: str | None = _f(None, "A descriptor of the run for loggers (default: output_dir).")
+    project: str = _f("huggingface", "The name of the project to use for logging. Currently, only used by Trackio.")
+    trackio_space_id: str | None = _f(None, "Hugging Face Space id for live Trackio logging ('username/reponame', "
+                                      "'orgname/reponame' or 'reponame'); None: log only locally, no Space.")
+    trackio_bucket_id: str | None = _f(None, "Hugging Face Bucket id for Trackio when using a Space; unset: Trackio "
+                                       "picks a default.")
+    trackio_static_space_id: str | bool | None = _f(
+        None, "Static read-only Trackio Space made after training (a Space id); False: none; None: a default one "
+        "when the model is pushed to the Hub.")
     disable_tqdm: bool | None = _f(None, "Disable progress bars (default: True when logging above warning).")
     remove_unused_columns: bool | None = _f(True, "Drop dataset columns the model's forward does not take.")
     label_names: list[str] | None = _f(None, "Input keys holding the labels (default ['labels']).")
@@ -221,6 +238,8 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     sharded_ddp: list[ShardedDDPOption] | str | None = _f("", "Deprecated: 'simple' (ZeRO optimizer) or "
                                                          "zero_dp_2/zero_dp_3 (mapped to fsdp).")
     accelerator_config: dict | str | None = _f(None, "Data-loading config (dict, JSON string or JSON file).")
+    parallelism_config: Any = _f(None, "accelerate's ParallelismConfig (read by TRL's configs): data parallelism only "
+                                       "(tp/cp/sp/dp_shard sizes of 1; use fsdp or deepspeed to shard).")
     deepspeed: dict | str | None = _f(None, "DeepSpeed config (path to a JSON file, JSON string or dict).")
     label_smoothing_factor: float = _f(0.0, "Label smoothing epsilon (0 disables).")
     optim: OptimizerNames | str = _f(_default_optim(), "The optimizer (default, as upstream 5.x: adamw_torch_fused "
@@ -228,8 +247,10 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
                                      choices=[m.value for m in OptimizerNames])
     optim_args: str | None = _f(None, "Extra optimizer arguments, 'key=value,key=value'.")
     adafactor: bool = _f(False, "Deprecated: use optim='adafactor'.")
-    group_by_length: bool = _f(False, "Group samples of similar length into batches.")
-    length_column_name: str | None = _f("length", "Column with precomputed lengths for group_by_length.")
+    group_by_length: bool = _f(False, "Group samples of similar length into batches (the seeds' name of "
+                                      "train_sampling_strategy='group_by_length').")
+    length_column_name: str | None = _f("length", "Column with precomputed lengths for "
+                                                  "train_sampling_strategy='group_by_length'.")
     report_to: None | str | list[str] = _f("none", "Integrations to report to: 'all', 'none' or names.")
     ddp_find_unused_parameters: bool | None = _f(None, "DDP find_unused_parameters.")
     ddp_bucket_cap_mb: int | None = _f(None, "DDP bucket_cap_mb.")
@@ -285,8 +306,11 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     dispatch_batches: bool | None = _f(None, "Deprecated: use accelerator_config.")
     split_batches: bool | None = _f(None, "Deprecated: use accelerator_config.")
     include_tokens_per_second: bool | None = _f(False, "Report train tokens/second/device.")
-    include_num_input_tokens_seen: bool | None = _f(False, "Track the number of input tokens seen.")
+    include_num_input_tokens_seen: str | bool = _f("no", "Track the number of input tokens seen: 'all', "
+                                                   "'non_padding' or 'no' (True means 'all', False 'no').")
     neftune_noise_alpha: float | None = _f(None, "NEFTune embedding noise alpha.")
+    use_cache: bool = _f(False, "The model's config.use_cache, set when the Trainer is built (training rarely needs "
+                                "the cache; some PEFT methods do).")
     optim_target_modules: None | str | list[str] = _f(None, "Modules targeted by GaLore-like optimizers.")
     batch_eval_metrics: bool = _f(False, "Call compute_metrics per batch (compute_result at the end).")
     eval_on_start: bool = _f(False, "Run one evaluation before training (sanity check).")
@@ -310,14 +334,30 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
-        """The fields as plain values (enums as strings); credentials (:mod:`.secrets`) masked as ``<NAME>``."""
+        """The fields as plain values (enums as strings, a ``dtype`` in a dict field as its name); credentials
+        (:mod:`.secrets`) masked as ``<NAME>``."""
         from .secrets import is_secret_field
 
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.init}
         for key, value in out.items():
             if is_secret_field(key) and value is not None:
                 out[key] = f"<{key.upper()}>"
+        if self.parallelism_config is not None:  # its sizes (upstream's to_json() returns nothing to write)
+            config = self.parallelism_config
+            items = config.items() if isinstance(config, dict) else vars(config).items()
+            out["parallelism_config"] = {k: _plain(v) for k, v in items if k != "device_mesh" and not k.startswith("_")}
+        self._dict_dtype_to_str(out)
         return out
+
+    def _dict_dtype_to_str(self, d: dict[str, Any]) -> None:
+        """Upstream's helper: a ``dtype`` key (in ``d`` or a dict nested in it) holding a ``torch.dtype`` becomes its
+        name (``torch.bfloat16`` -> ``"bfloat16"``), so that configs such as TRL's ``model_init_kwargs`` write to
+        JSON and read back with ``getattr(torch, name)``."""
+        if d.get("dtype") is not None and not isinstance(d["dtype"], str):
+            d["dtype"] = str(d["dtype"]).rsplit(".", 1)[-1]
+        for value in d.values():
+            if isinstance(value, dict):
+                self._dict_dtype_to_str(value)
 
     def to_json_string(self) -> str:
         """``to_dict()`` as indented JSON."""

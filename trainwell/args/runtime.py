@@ -86,6 +86,11 @@ class RuntimeProperties:
         return self._set_up_runtime()[2]
 
     @property
+    def _n_gpu(self) -> int:
+        """Upstream's attribute behind ``n_gpu`` (read by code written against it): the same value."""
+        return self.n_gpu
+
+    @property
     def parallel_mode(self) -> ParallelMode:
         """DISTRIBUTED under a launcher, NOT_DISTRIBUTED for several GPUs in one process, else NOT_PARALLEL."""
         if self._runtime()[0].distributed:
@@ -144,9 +149,10 @@ class RuntimeProperties:
         return timedelta(seconds=self.ddp_timeout)
 
     @property
-    def place_model_on_device(self) -> bool:
-        """Whether the trainer moves the model to ``device`` (False only for model parallelism)."""
-        return True
+    def place_model_on_device(self) -> bool | None:
+        """Whether the Trainer moves the model to ``device``: None (upstream 5.24's value) lets it decide (not under
+        model parallelism, DeepSpeed, FSDP or a half-precision evaluation); a subclass may override it with a bool."""
+        return None
 
     @property
     def should_log(self) -> bool:

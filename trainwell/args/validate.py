@@ -29,7 +29,8 @@ from ..utils.option_enums import (
     ShardedDDPOption,
 )
 from ..utils.preflight import coerce_field_types
-from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations
+from .data_options import check_parallelism_config, resolve_data_options
+from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations, is_kubeflow_available
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class ArgumentValidation:
     ``TFTrainingArguments`` extend a step with ``super()``)."""
 
     def __post_init__(self) -> None:
+        self._check_empty_cache_steps()
         coerce_field_types(self)  # "1e-3" -> 1e-3 as the parser would; a TypeError naming the field otherwise
         self._apply_deprecations()
         self._normalise_paths()
@@ -163,6 +165,7 @@ class ArgumentValidation:
         self._parse_dict_fields()
         self._resolve_activation_checkpointing()
         self._check_numbers()
+        self._resolve_data_loading()
         self._resolve_step_intervals()
         self._resolve_best_model()
         self._check_precision()
@@ -170,8 +173,20 @@ class ArgumentValidation:
         self._resolve_fsdp()
         self._check_deepspeed()
         self.report_to = _normalise_report_to(self.report_to)
+        if is_kubeflow_available() and "kubeflow" not in self.report_to:  # as upstream: a TrainJob gets its progress
+            self.report_to = [*self.report_to, "kubeflow"]
         self._resolve_misc()
         self._tf32_for_compile()
+
+    def _check_empty_cache_steps(self) -> None:
+        """Upstream 5.2x's rule, before any text is converted: a value given as a number must be an ``int`` (not a
+        bool, not a float such as 2.0) bigger than 0; command-line text ("4") is converted, then checked the same."""
+        value = self.torch_empty_cache_steps
+        if value is None or isinstance(value, str):
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"torch_empty_cache_steps must be a positive integer (an int bigger than 0), or None to "
+                             f"never empty the cache; got torch_empty_cache_steps={value!r}.")
 
     def _resolve_activation_checkpointing(self) -> None:
         """Upstream 5.24's rule (``TrainingArguments.__post_init__``): ``gradient_checkpointing*`` are deprecated
@@ -289,7 +304,11 @@ class ArgumentValidation:
             (self.dataloader_prefetch_factor is not None and self.dataloader_num_workers == 0,
              "dataloader_prefetch_factor needs dataloader_num_workers > 0 (loading in worker processes)"),
             (self.torch_empty_cache_steps is not None and self.torch_empty_cache_steps < 1,
-             "torch_empty_cache_steps must be a positive integer, or None to never empty the cache"),
+             "torch_empty_cache_steps must be a positive integer (an int bigger than 0), or None to never empty the "
+             "cache"),
+            (self.dataloader_multiprocessing_context is not None and self.dataloader_num_workers == 0,
+             "dataloader_multiprocessing_context needs dataloader_num_workers > 0 (a start method for worker "
+             "processes; torch's DataLoader refuses it without workers)"),
         ]
         for failed, message in checks:
             if failed:  # each message starts with the name of the field it checks
@@ -297,6 +316,9 @@ class ArgumentValidation:
                 raise ValueError(f"{message}; got {name}={getattr(self, name)!r}.")
         if self.warmup_steps > 0 and (self.warmup_ratio or 0) > 0:
             logger.warning("Both warmup_steps and warmup_ratio are set: warmup_steps wins.")
+
+    def _resolve_data_loading(self) -> None:
+        resolve_data_options(self)  # train_sampling_strategy, include_num_input_tokens_seen, ... (see .data_options)
 
     def _resolve_step_intervals(self) -> None:
         for name in ("logging_steps", "eval_steps", "save_steps", "warmup_steps"):
@@ -497,6 +519,8 @@ class ArgumentValidation:
              "'tpu_metrics_debug' prints torch_xla metrics and torch_xla is not installed: drop it from debug"),
             ("mp_parameters", bool(self.mp_parameters), "SageMaker model parallelism is not supported by "
              "trainwell: leave mp_parameters empty (use fsdp or deepspeed to shard a model)"),
+            ("train_sampling_strategy", self.train_sampling_strategy == "batch_rebalance", "trainwell has no "
+             "cost-balanced batch sampler (batches of varying size): use 'group_by_length' to cut padding"),
         )
         for name, refused, why in checks:
             if refused:
@@ -507,6 +531,7 @@ class ArgumentValidation:
                              f"{getattr(self.optim, 'value', self.optim)!r} ignores it: set optim='galore_adamw' "
                              "(or another galore_*/apollo_* name) or leave optim_target_modules unset.")
         self._check_accelerator_config()
+        check_parallelism_config(self.parallelism_config)
 
     def _check_accelerator_config(self) -> None:
         """The accelerate data-loading options: values that match trainwell's loaders, else an error."""

@@ -56,7 +56,7 @@ def build_backend(args: Any) -> Backend:
     from .single import SingleDeviceBackend
 
     return SingleDeviceBackend(device, precision, n_gpu=args.n_gpu,
-                               place_model_on_device=args.place_model_on_device)
+                               place_model_on_device=args.place_model_on_device is not False)
 
 
 def _zero(args: Any) -> bool:

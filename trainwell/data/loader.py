@@ -16,13 +16,19 @@ def has_length(obj: Any) -> bool:
         return False
 
 
-def _worker_options(num_workers: int, persistent_workers: bool, prefetch_factor: int | None) -> dict[str, Any]:
-    # DataLoader rejects prefetch_factor / persistent_workers when loading happens in the main process.
+def _worker_options(num_workers: int, persistent_workers: bool, prefetch_factor: int | None,
+                    multiprocessing_context: Any = None, in_order: bool = True) -> dict[str, Any]:
+    # DataLoader rejects prefetch_factor / persistent_workers / multiprocessing_context when loading happens in the
+    # main process, and in_order means nothing there (one process yields in order).
     if num_workers <= 0:
         return {}
     options: dict[str, Any] = {"persistent_workers": persistent_workers}
     if prefetch_factor is not None:
         options["prefetch_factor"] = prefetch_factor
+    if multiprocessing_context is not None:
+        options["multiprocessing_context"] = multiprocessing_context
+    if not in_order:  # torch >= 2.6's option; left out when it is the default, so older torch keeps working
+        options["in_order"] = False
     return options
 
 
@@ -40,10 +46,13 @@ def build_dataloader(
     prefetch_factor: int | None = None,
     worker_init_fn: Callable[[int], None] | None = None,
     generator: Any = None,
+    multiprocessing_context: Any = None,
+    in_order: bool = True,
 ) -> Any:
     """A ``DataLoader`` over ``dataset``.
 
-    ``prefetch_factor`` and ``persistent_workers`` are passed only when ``num_workers > 0``. An
+    ``prefetch_factor``, ``persistent_workers``, ``multiprocessing_context`` (a start method name or context) and
+    ``in_order`` are passed only when ``num_workers > 0``. An
     ``IterableDataset`` gets neither sampler nor shuffling (it orders itself); passing a ``sampler`` with one is
     an error. ``sampler`` and ``shuffle=True`` are mutually exclusive.
     """
@@ -57,7 +66,8 @@ def build_dataloader(
         batch_size=batch_size, collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers,
         pin_memory=pin_memory, worker_init_fn=worker_init_fn, generator=generator,
     )
-    kwargs.update(_worker_options(num_workers, persistent_workers, prefetch_factor))
+    kwargs.update(_worker_options(num_workers, persistent_workers, prefetch_factor, multiprocessing_context,
+                                  in_order))
     if isinstance(dataset, IterableDataset):
         if sampler is not None:
             raise ValueError("sampler was given for an IterableDataset, which orders itself: pass sampler=None.")

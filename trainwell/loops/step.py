@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
+from ..args.data_options import tokens_seen_mode
 from ..callbacks.events import QUIET_EVENT
 from ..utils.overrides import accepts
 from .loop_state import WINDOW_SETTLE_EVERY, LoopState
@@ -64,8 +65,8 @@ class StepRunner:
         self.training_step = trainer.training_step
         self.step_takes_num_items = training_step_takes_num_items(trainer)
         self.floating_point_ops = trainer._flops_counter()
-        self.count_tokens = bool(args.include_num_input_tokens_seen or args.include_tokens_per_second)
-        self.tokens_seen = bool(args.include_num_input_tokens_seen)
+        self.tokens_seen = tokens_seen_mode(args.include_num_input_tokens_seen)  # "all", "non_padding" or "no"
+        self.count_tokens = self.tokens_seen != "no" or bool(args.include_tokens_per_second)
         self.no_sync = backend.no_sync
         self.clip_norm = clip_norm_of(args, backend)
         self.clip_grad_norm = backend.clip_grad_norm
@@ -111,8 +112,10 @@ class StepRunner:
         if self.count_tokens:
             tokens = trainer._count_input_tokens(inputs)
             loop.tokens_trained += tokens
-            if self.tokens_seen:
+            if self.tokens_seen == "all":
                 self.state.num_input_tokens_seen += tokens
+            elif self.tokens_seen == "non_padding":
+                self.state.num_input_tokens_seen += trainer._count_input_tokens(inputs, non_padding=True)
         loop.accumulation_divisor = divisor  # the Trainer's current_gradient_accumulation_steps
         if self.step_takes_num_items:
             step_loss = self.training_step(self.model, inputs, num_items)

@@ -61,7 +61,9 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
         drop_last=args.dataloader_drop_last, num_workers=workers,
         pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
         persistent_workers=args.dataloader_persistent_workers,
-        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init,
+        multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
+        in_order=getattr(args, "dataloader_in_order", True))
 
 
 def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | None = None) -> Any:
@@ -85,16 +87,20 @@ def collator_with_removed_columns(trainer: Trainer, collator: Any, description: 
 
 
 def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:
-    """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
+    """Seekable sampler of ``args.train_sampling_strategy``, sharded over ranks: ``"random"`` shuffles per epoch,
+    ``"sequential"`` keeps the dataset's order, ``"group_by_length"`` (or the seeds' ``group_by_length=True``)
+    groups similar lengths in mega-batches of one accumulation window, as upstream's ``_get_train_sampler``."""
     from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
 
     seed = args.data_seed if args.data_seed is not None else args.seed
     # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
     common = dict(seed=seed, num_replicas=args.world_size, rank=args.process_index, shard_batch_size=batch_size)
-    if args.group_by_length:
+    strategy = getattr(args, "train_sampling_strategy", "random")  # arguments of another class may lack it
+    if strategy == "group_by_length" or (strategy == "random" and getattr(args, "group_by_length", False)):
         lengths = infer_lengths(dataset, length_column_name=args.length_column_name)
         return LengthGroupedSampler(lengths, batch_size * args.gradient_accumulation_steps, **common)
-    return ResumableSampler(len(dataset), shuffle=True, drop_last=args.dataloader_drop_last, **common)
+    return ResumableSampler(len(dataset), shuffle=strategy != "sequential", drop_last=args.dataloader_drop_last,
+                            **common)
 
 
 def eval_sampler(args: Any, dataset: Any) -> Any:

@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from ..args.fields import TrainingArguments
+from ..args.data_options import tokens_seen_mode
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
@@ -171,6 +172,9 @@ class Trainer:
         if args.push_to_hub:
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
+        model_config = getattr(self.model, "config", None)
+        if model_config is not None:  # as upstream: the model's cache only as args.use_cache says
+            model_config.use_cache = args.use_cache
         self._memory_tracker.stop_and_update_metrics()
 
     def _adopt_model(self, model: nn.Module) -> None:
@@ -183,13 +187,14 @@ class Trainer:
         if self.is_model_parallel and args.n_gpu > 1:  # upstream forces n_gpu=1: the model manages the GPUs
             args.__dict__["_runtime_cache"] = (*args._runtime()[:2], 1)
             self._tw_n_gpu = 1
-        # upstream's place_model_on_device: False for model parallelism, DeepSpeed and FSDP (the backend places the
-        # model when it prepares it: FSDP shards it unit by unit) and fp16/bf16_full_eval (cast on the device at
-        # evaluation); a bitsandbytes 4/8-bit model is placed when it is loaded (.to raises on it)
-        self.place_model_on_device = (args.place_model_on_device and not self.is_model_parallel
-                                      and not self.backend.caps.places_model
-                                      and not (args.fp16_full_eval or args.bf16_full_eval)
-                                      and not is_bitsandbytes_quantized(model))
+        # upstream's place_model_on_device: the arguments' value when set (a subclass's property), else False for
+        # model parallelism, DeepSpeed and FSDP (the backend places the model when it prepares it: FSDP shards it unit
+        # by unit) and fp16/bf16_full_eval (cast on the device at evaluation); a bitsandbytes 4/8-bit model is placed
+        # when it is loaded (.to raises on it)
+        asked = args.place_model_on_device
+        self.place_model_on_device = (asked if asked is not None else (
+            not self.is_model_parallel and not self.backend.caps.places_model
+            and not (args.fp16_full_eval or args.bf16_full_eval))) and not is_bitsandbytes_quantized(model)
         self.model = model.to(args.device) if self.place_model_on_device else model
         self.model_wrapped = self.model
         params = forward_parameters(self.model)
@@ -437,10 +442,21 @@ class Trainer:
         """The memory of ``past_index`` models (upstream's ``_past``): reset by the loops, fed back as ``mems``."""
         self._past = value
 
-    def _count_input_tokens(self, inputs: Mapping[str, Any]) -> int:
-        """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input)."""
+    def _count_input_tokens(self, inputs: Mapping[str, Any], *, non_padding: bool = False) -> int:
+        """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input); with
+        ``non_padding`` (its ``"non_padding"`` mode) as upstream: the ``attention_mask``'s sum, else the elements
+        that are not the processing class's ``pad_token_id``, else all."""
         main = inputs.get(getattr(self.model, "main_input_name", "input_ids"))
-        return int(main.numel()) if isinstance(main, torch.Tensor) else 0
+        if not isinstance(main, torch.Tensor):
+            return 0
+        if non_padding:
+            mask = inputs.get("attention_mask")
+            if isinstance(mask, torch.Tensor):
+                return int(mask.sum())
+            pad_id = getattr(self.processing_class, "pad_token_id", None)
+            if pad_id is not None:
+                return int((main != pad_id).sum())
+        return int(main.numel())
 
     def _flops_counter(self) -> Callable[[Any], int]:
         """What the training loop calls per micro-batch for its FLOPs, read once per run: the rule for this model,
@@ -564,7 +580,7 @@ class Trainer:
         """Record ``logs`` in ``state.log_history`` (with epoch and step) and send them to the callbacks."""
         if self.state.epoch is not None:
             logs["epoch"] = self.state.epoch
-        if self.args.include_num_input_tokens_seen:
+        if tokens_seen_mode(self.args.include_num_input_tokens_seen) != "no":
             logs["num_input_tokens_seen"] = self.state.num_input_tokens_seen
         self.state.log_history.append({**logs, "step": self.state.global_step})
         self.control = self.callback_handler.on_log(self.args, self.state, self.control, logs)

@@ -59,7 +59,7 @@ TRACKER_TABLE: tuple[Tracker, ...] = (
     Tracker("swanlab", "SwanLabCallback", "swanlab", "swanlab", "swanlab", "swanlab", "is_swanlab_available"),
     Tracker("trackio", "TrackioCallback", "trackio", "trackio", "trackio", "trackio", "is_trackio_available"),
     # needs an environment (KUBEFLOW_TRAINER_SERVER_URL), not a package: its callback says so
-    Tracker("kubeflow", "KubeflowCallback", "hosted", "kubeflow", "(none: set KUBEFLOW_TRAINER_SERVER_URL)", None,
+    Tracker("kubeflow", "KubeflowCallback", "kubeflow", "kubeflow", "(none: set KUBEFLOW_TRAINER_SERVER_URL)", None,
             None, requires=()),
     Tracker("flyte", "FlyteCallback", "hosted", "flytekit", "flytekit flytekitplugins-deck-standard", None, None),
 )

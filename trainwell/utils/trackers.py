@@ -22,6 +22,7 @@ __all__ = [
     "MissingIntegrationError",
     "get_available_reporting_integrations",
     "is_installed",
+    "is_kubeflow_available",
     "missing_packages_error",
 ]
 
@@ -112,6 +113,14 @@ def _swanlab_usable() -> bool:
     return _env("SWANLAB_MODE").lower() in {"offline", "local", "disabled"} or bool(_env("SWANLAB_API_KEY"))
 
 
+def is_kubeflow_available() -> bool:
+    """Whether this process runs inside a Kubeflow TrainJob that takes progress reports (upstream's rule:
+    ``KUBEFLOW_TRAINER_SERVER_URL`` set and ``DISABLE_KUBEFLOW_INTEGRATION`` not true)."""
+    if os.getenv("DISABLE_KUBEFLOW_INTEGRATION", "FALSE").upper() == "TRUE":
+        return False
+    return os.getenv("KUBEFLOW_TRAINER_SERVER_URL") is not None
+
+
 def _usable(name: str) -> bool:
     """Installed, not disabled, and able to run here (see the module docstring)."""
     if name == "azure_ml":  # upstream: AzureML only when MLflow is absent (AzureML logs through MLflow then)
@@ -121,7 +130,7 @@ def _usable(name: str) -> bool:
     if name == "dagshub":
         return is_installed("dagshub") and is_installed("mlflow") and bool(_env("DAGSHUB_USER_TOKEN"))
     if name == "kubeflow":
-        return not _env_true("DISABLE_KUBEFLOW_INTEGRATION") and bool(_env("KUBEFLOW_TRAINER_SERVER_URL"))
+        return is_kubeflow_available()
     if name == "flyte":
         return False  # upstream never selects Flyte for "all": it needs a Flyte task context
     if not is_installed(TRACKERS[name].module):

@@ -1,4 +1,4 @@
-"""Integrations that only run inside their own service: AzureML, DagsHub, Flyte, Kubeflow.
+"""Integrations that only run inside their own service: AzureML, DagsHub, Flyte.
 
 They cannot be exercised offline; each raises one clear error at construction when what it needs is missing (the
 package, with the pip command, or the service's environment).
@@ -19,7 +19,7 @@ from .mlflow import MLflowCallback
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
 
-__all__ = ["AzureMLCallback", "DagsHubCallback", "FlyteCallback", "KubeflowCallback"]
+__all__ = ["AzureMLCallback", "DagsHubCallback", "FlyteCallback"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,17 +113,3 @@ class FlyteCallback(TrainerCallback):
             from flytekitplugins.deck.renderer import TableRenderer
 
             Deck("Log History", TableRenderer().to_html(pd.DataFrame(state.log_history)))
-
-
-class KubeflowCallback(TrainerCallback):
-    """Upstream reports progress to a Kubeflow TrainJob's status server; trainwell does not implement that protocol.
-
-    Constructing it raises a clear error, so that ``report_to="kubeflow"`` fails when the Trainer is built rather
-    than silently logging nothing.
-    """
-
-    def __init__(self) -> None:
-        where = ("KUBEFLOW_TRAINER_SERVER_URL is set, but" if os.getenv("KUBEFLOW_TRAINER_SERVER_URL")
-                 else "It only runs inside a Kubeflow TrainJob (KUBEFLOW_TRAINER_SERVER_URL is not set), and")
-        raise RuntimeError(f"report_to='kubeflow': {where} trainwell does not implement the Kubeflow progress "
-                           "protocol yet. Remove 'kubeflow' from report_to (use 'tensorboard' or 'mlflow' instead).")
