@@ -26,8 +26,8 @@ from ..callbacks.state import TrainerControl, TrainerState
 from ..data.loader import collator_draws_randomness
 from ..utils import reporting
 from ..utils.losses import all_labels_ignored
-from ..utils.model_utils import activation_checkpointing, compile_model, enable_gradient_checkpointing, is_causal_lm
-from ..utils.model_utils import unwrap_model
+from ..utils.model_utils import accepts_loss_kwargs, activation_checkpointing, compile_model
+from ..utils.model_utils import enable_gradient_checkpointing, is_causal_lm, unwrap_model
 from ..utils.overrides import call_override
 from ..utils.option_enums import SaveStrategy
 from ..utils.outputs import TrainOutput
@@ -258,7 +258,7 @@ def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
     """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
     ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
     from ..runtime.distributed import all_gather_object
-    from .loss_scaling import LossRule, WindowScaler, probe_loss_rule  # loaded by the first train()
+    from .loss_scaling import LossRule, WindowScaler, default_count, probe_loss_rule  # loaded by the first train()
 
     trainer, args = run.trainer, run.args
     ignored = all_labels_ignored(first_batch, trainer.label_names or ["labels"])
@@ -277,7 +277,10 @@ def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
     elif not trainer._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
         rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
     elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
-        rule = LossRule(False, "labels", "one micro-batch per step")
+        # still counted for num_items_in_batch where upstream counts (a forward taking loss kwargs): its items
+        rule = LossRule(False, default_count(trainer.model), "one micro-batch per step")
+        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=False,
+                            count_single=accepts_loss_kwargs(trainer.model))
     else:
         rule = probe_loss_rule(trainer.model, trainer._prepare_inputs(first_batch))
         if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
