@@ -123,22 +123,23 @@ def test_eval_shard_sampler_gathers_back_to_dataset_order(n: int, batch: int, re
 
     samplers = [EvalShardSampler(n, batch_size=batch, num_replicas=replicas, rank=r, drop_last=drop_last)
                 for r in range(replicas)]
-    # what each rank's DataLoader yields, cut to its real samples as the evaluation loop does
+    # what each rank's DataLoader yields, its placeholder batches dropped whole as the evaluation loop does
     loaders = [list(DataLoader(list(range(n)), batch_size=batch, sampler=s, drop_last=drop_last)) for s in samplers]
     assert len({len(batches) for batches in loaders}) == 1  # every rank runs the same number of batches
     evaluated = n // batch * batch if drop_last else n
     gathered, batches_seen = [], []
     for step in range(len(loaders[0])):
-        for sampler, batches, left in zip(samplers, loaders, [s.num_real_samples for s in samplers]):
-            real = min(len(batches[step]), max(left - step * batch, 0))
-            if real:
-                batches_seen.append(batches[step][:real].tolist())
-                gathered.extend(batches[step][:real].tolist())
+        for sampler, batches in zip(samplers, loaders):
+            if step < sampler.num_real_batches:
+                batches_seen.append(batches[step].tolist())
+                gathered.extend(batches[step].tolist())
     assert gathered == list(range(evaluated))  # every sample once, in dataset order, no duplicate
     # each rank's batch is exactly one batch of a single-process evaluation
     single = [b.tolist() for b in DataLoader(list(range(n)), batch_size=batch, drop_last=drop_last)]
     assert batches_seen == single
     assert sum(s.num_real_samples for s in samplers) == evaluated
+    assert all(sum(len(b) for b in batches[:s.num_real_batches]) == s.num_real_samples
+               for s, batches in zip(samplers, loaders))
     assert all(len(s) == len(list(s)) for s in samplers)
 
 

@@ -28,13 +28,13 @@ def batches(lengths=(3, 5, 2), rows=(2, 2, 1)) -> list[torch.Tensor]:
             for b, (length, n) in enumerate(zip(lengths, rows))]
 
 
-def collect(pieces, *, flush_every: int | None = None, concat: bool = True, limit: int | None = None):
+def collect(pieces, *, flush_every: int | None = None, concat: bool = True):
     acc = OutputAccumulator(concat=concat)
     for step, piece in enumerate(pieces, start=1):
         acc.add(piece)
         if flush_every and step % flush_every == 0:
             acc.flush()
-    return acc.result(limit)
+    return acc.result()
 
 
 def test_uneven_lengths_are_padded_on_the_right_with_minus_100():
@@ -74,18 +74,15 @@ def test_flushing_every_k_steps_gives_the_arrays_of_never_flushing(flush_every):
         np.testing.assert_array_equal(out[1]["sum"], reference[1]["sum"])
 
 
-def test_the_last_short_batch_and_truncation_to_the_dataset_length():
+def test_the_last_short_batch_and_every_row_are_kept():
     full, short = torch.arange(12.0).reshape(4, 3), torch.arange(100.0, 106.0).reshape(2, 3)
     out = collect([full, full + 12, short])
     assert out.shape == (10, 3)
     np.testing.assert_array_equal(out[8:], short.numpy())
-    # a sampler that padded the last batch with repeated samples: only the dataset's 9 rows are kept
-    truncated = collect([full, full + 12, short], limit=9)
-    np.testing.assert_array_equal(truncated, out[:9])
-    # without concatenation (eval_do_concat_batches=False) the batches stay separate and are cut the same way
-    separate = collect([full, full + 12, short], concat=False, limit=9)
-    assert [b.shape for b in separate] == [(4, 3), (4, 3), (1, 3)]
-    np.testing.assert_array_equal(separate[2], short.numpy()[:1])
+    # without concatenation (eval_do_concat_batches=False) the batches stay separate, whole
+    separate = collect([full, full + 12, short], concat=False)
+    assert [b.shape for b in separate] == [(4, 3), (4, 3), (2, 3)]
+    np.testing.assert_array_equal(separate[2], short.numpy())
 
 
 def test_no_labels_gives_none():
@@ -93,7 +90,7 @@ def test_no_labels_gives_none():
     for _ in range(3):
         acc.add(None)  # what the loop adds for a batch without labels
     acc.flush()
-    assert acc.result(limit=5) is None
+    assert acc.result() is None
     assert OutputAccumulator(concat=False).result() is None
 
 

@@ -485,13 +485,13 @@ def test_memory_metrics_in_evaluate_and_absent_when_skipped():
 # ------------------------------------------------------------------------------------------------ gathering units
 
 
-def test_pad_and_concatenate_any_rank_dtype_and_limit():
+def test_pad_and_concatenate_any_rank_and_dtype():
     pieces = [np.ones((2, 1, 3), np.float32), np.zeros((1, 3, 2), np.float32), np.full((2, 2, 3), 7, np.float32)]
-    out = pad_and_concatenate(list(pieces), limit=4)
-    assert out.shape == (4, 3, 3)
+    out = pad_and_concatenate(list(pieces))
+    assert out.shape == (5, 3, 3)
     np.testing.assert_array_equal(out[0], [[1, 1, 1], [-100, -100, -100], [-100, -100, -100]])
     np.testing.assert_array_equal(out[2], [[0, 0, -100], [0, 0, -100], [0, 0, -100]])
-    np.testing.assert_array_equal(out[3, :2], 7)
+    np.testing.assert_array_equal(out[3:, :2], 7)
     assert pad_and_concatenate([np.array(1.0), np.array(2.0)]).tolist() == [1.0, 2.0]
     small = pad_and_concatenate([np.ones((1, 1), np.uint8), np.ones((1, 2), np.uint8)])
     assert small.dtype == np.int64 and small.tolist() == [[1, -100], [1, 1]]

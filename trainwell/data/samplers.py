@@ -205,7 +205,8 @@ class EvalShardSampler(Sampler[int]):
     with none left gets one *placeholder* batch (the last real sample, repeated to ``batch_size`` with
     ``drop_last`` so the DataLoader keeps it) so that every rank runs the same number of batches and the
     per-batch collectives cannot hang. The evaluation loop drops the placeholder: the first
-    :attr:`num_real_samples` samples this rank yields are real, the rest are not.
+    :attr:`num_real_samples` samples this rank yields (its first :attr:`num_real_batches` batches) are real, the
+    rest are not.
 
     With ``drop_last`` the samples of a single process's incomplete last batch (``num_samples % batch_size``)
     are left out on every rank, as one process leaves them out.
@@ -245,6 +246,15 @@ class EvalShardSampler(Sampler[int]):
     def num_real_samples(self) -> int:
         """Samples of the dataset this rank evaluates (the first ones it yields); the rest is a placeholder."""
         return sum(self._real_in_batch(b) for b in range(self.num_batches))
+
+    @property
+    def num_real_batches(self) -> int:
+        """Batches of this rank that hold dataset samples (the first ones); a batch after them is a placeholder.
+
+        A batch is wholly real or wholly a placeholder, so the evaluation loop keeps or drops whole batches: it
+        never counts a batch's rows, which a collator may multiply (chosen and rejected rows of one sample).
+        """
+        return sum(1 for b in range(self.num_batches) if self._real_in_batch(b))
 
     @property
     def _placeholder_size(self) -> int:

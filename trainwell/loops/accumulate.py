@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .nested import _flatten, _unflatten, nested_detach, nested_map
+from .nested import _flatten, _unflatten, nested_detach
 
 PAD_INDEX = -100
 
@@ -49,11 +49,11 @@ def find_batch_size(inputs: Any) -> int | None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def pad_and_concatenate(pieces: list[Any], pad_index: int = PAD_INDEX, limit: int | None = None) -> np.ndarray | None:
+def pad_and_concatenate(pieces: list[Any], pad_index: int = PAD_INDEX) -> np.ndarray | None:
     """Concatenate numpy arrays along dim 0, padding the trailing dims on the right with ``pad_index``.
 
     The result is allocated once; ``pieces`` is consumed (its entries are set to None as they are copied, so
-    their memory can be released while the result fills up). ``limit`` keeps only the first rows.
+    their memory can be released while the result fills up). Every row of every piece is kept.
     """
     if all(piece is None for piece in pieces):
         return None
@@ -71,40 +71,19 @@ def pad_and_concatenate(pieces: list[Any], pad_index: int = PAD_INDEX, limit: in
     if ragged and dtype.kind in "bu":
         dtype = np.dtype(np.int64)  # -100 must be representable
     rows = sum(piece.shape[0] for piece in pieces)
-    rows = rows if limit is None else min(rows, limit)
     # np.empty leaves pages untouched until written, so the result's memory grows as the pieces are freed.
     out = np.empty((rows,) + trailing, dtype=dtype)
     offset = 0
     for i in range(len(pieces)):
         piece, pieces[i] = pieces[i], None
-        count = min(piece.shape[0], rows - offset)
-        if count <= 0:
-            continue
+        count = piece.shape[0]
         target = out[offset:offset + count]
         if piece.shape[1:] != trailing:
             target.fill(pad_index)
             target = target[(slice(None),) + tuple(slice(0, size) for size in piece.shape[1:])]
-        target[...] = piece[:count]
+        target[...] = piece
         offset += count
     return out
-
-
-def _truncate_batches(batches: list[Any], limit: int | None) -> list[Any]:
-    """Keep the first ``limit`` rows of a list of per-batch nested arrays (eval_do_concat_batches=False)."""
-    if limit is None:
-        return batches
-    kept, seen = [], 0
-    for batch in batches:
-        size = find_batch_size(batch)
-        if size is None or seen + size <= limit:
-            kept.append(batch)
-            seen += size or 0
-            continue
-        if limit > seen:
-            keep = limit - seen
-            kept.append(nested_map(lambda x: x[:keep] if getattr(x, "ndim", 0) > 0 else x, batch))
-        break
-    return kept
 
 
 _SLAB_MIN, _SLAB_MAX = 2**20, 64 * 2**20
@@ -208,14 +187,19 @@ class OutputAccumulator:
             piece, device[i] = device[i], None  # release each device piece as soon as it is copied
             self._host.append(self._to_host(*_flatten(piece)))
 
-    def result(self, limit: int | None = None) -> Any:
-        """All pieces as one nested structure of numpy arrays (or a list of batches); None when nothing was added."""
+    def result(self) -> Any:
+        """All pieces as one nested structure of numpy arrays (or a list of batches); None when nothing was added.
+
+        Every row added is kept: the rows of a batch are not samples (a preference collator puts a sample's chosen
+        and rejected sequences in two rows), so nothing here is cut by counting rows; placeholders are dropped by
+        the loop before they are added.
+        """
         self.flush()
         pieces, self._host, self._stores = self._host, [], []
         if not pieces:
             return None
         if not self.concat:
-            return _truncate_batches(pieces, limit)
+            return pieces
         _, spec = _flatten(pieces[0])
         columns: list[list[Any]] = []
         for i in range(len(pieces)):
@@ -227,4 +211,4 @@ class OutputAccumulator:
                 columns = [[] for _ in leaves]
             for column, leaf in zip(columns, leaves):
                 column.append(leaf)
-        return _unflatten(spec, [pad_and_concatenate(column, self.pad_index, limit) for column in columns])
+        return _unflatten(spec, [pad_and_concatenate(column, self.pad_index) for column in columns])

@@ -268,7 +268,7 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
         if optimizer_in_train_mode:
             cast("_ScheduleFree", trainer.optimizer).train()
     num_samples = _num_eval_samples(trainer, dataloader, observed)
-    losses, preds, labels, inputs = (acc.result(num_samples) for acc in accumulators)
+    losses, preds, labels, inputs = (acc.result() for acc in accumulators)
     metrics = _eval_metrics(trainer, preds, labels, losses, inputs, batch_metrics)
     if trainer.compute_metrics is not None and not prediction_loss_only and not args.batch_eval_metrics:
         _warn_if_metrics_skipped(trainer, preds, labels, description)
@@ -284,9 +284,11 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
     """Iterate the dataloader: predict, gather across ranks, accumulate; returns accumulators and counts.
 
     Under several processes each rank's outputs are gathered as separate parts (in rank order) and handled
-    as the batches one process would have seen. A sampler that tells how many of its samples are real
-    (``num_real_samples``, :class:`~trainwell.data.samplers.EvalShardSampler`) has its placeholder rows
-    dropped before the gather, so they count in no loss, prediction or metric.
+    as the batches one process would have seen. A sampler that tells how many of its batches are real
+    (``num_real_batches``, :class:`~trainwell.data.samplers.EvalShardSampler`) has the placeholder batches after
+    them dropped before the gather, so they count in no loss, prediction or metric. Batches are kept or dropped
+    whole, never cut by counting rows: a collator may put several rows per sample (TRL's preference collators put
+    a pair's chosen and rejected sequences in one batch of twice the samples).
     """
     args = trainer.args
     concat = args.eval_do_concat_batches
@@ -295,7 +297,7 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
     include = args.include_for_metrics or []
     batch_metrics_on = args.batch_eval_metrics and trainer.compute_metrics is not None
     accumulation_steps = args.eval_accumulation_steps
-    real_left = getattr(getattr(dataloader, "sampler", None), "num_real_samples", None)
+    real_batches = getattr(getattr(dataloader, "sampler", None), "num_real_batches", None)
     batches: Iterable[tuple[Any, int | None]] = ((batch, None) for batch in dataloader)
     if _is_dist() and isinstance(getattr(dataloader, "dataset", None), torch.utils.data.IterableDataset):
         import torch.distributed as dist
@@ -305,10 +307,9 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
     for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
         steps += 1
         batch_size = find_batch_size(batch)
-        real = batch_size if placeholder is None else placeholder
-        if real_left is not None and batch_size is not None:
-            real = min(batch_size, real_left)
-            real_left -= real
+        if real_batches is not None and step >= real_batches:
+            placeholder = 0
+        real = batch_size if placeholder is None else placeholder  # the rows kept: all of the batch, or none
         observed += real or 0
         parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
         for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):

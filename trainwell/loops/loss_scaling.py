@@ -95,6 +95,12 @@ def _causal_by_type(model: nn.Module) -> bool:
     return ("CausalLM" in names or "LMHeadModel" in names) and not getattr(config, "is_encoder_decoder", False)
 
 
+def default_count(model: nn.Module) -> str:
+    """The items a loss averages over by the model's type (upstream's rule, GPT-2 too): ``"shifted"`` for a causal
+    LM, else ``"labels"``; what counts when no forward tells (:func:`probe_loss_rule`)."""
+    return "shifted" if _causal_by_type(unwrap_model(model)) else "labels"
+
+
 @contextlib.contextmanager
 def _quiet_eval(model: nn.Module) -> Iterator[None]:
     """Eval mode (no dropout), no gradients, the random streams forked, and every module's mode put back."""
@@ -188,7 +194,7 @@ def probe_loss_rule(model: nn.Module, inputs: Mapping[str, Any] | None) -> LossR
     inner = unwrap_model(model)
     declared = getattr(inner, "accepts_loss_kwargs", None)
     may_take = accepts_loss_kwargs(inner)
-    default_count = "shifted" if _causal_by_type(inner) else "labels"
+    count_by_type = default_count(inner)
     if declared is not None:
         default_takes, how = bool(declared), "declared accepts_loss_kwargs"
     elif may_take:
@@ -197,7 +203,7 @@ def probe_loss_rule(model: nn.Module, inputs: Mapping[str, Any] | None) -> LossR
     else:
         default_takes, how = False, "its forward takes no num_items_in_batch"
     if not isinstance(inputs, Mapping):
-        return LossRule(default_takes, default_count, how)
+        return LossRule(default_takes, count_by_type, how)
     try:
         takes, count, seen = _probe(inner, inputs, may_take and declared is None)
     except Exception as err:  # noqa: BLE001 - the probe must never stop training; the fallback is logged
@@ -205,9 +211,9 @@ def probe_loss_rule(model: nn.Module, inputs: Mapping[str, Any] | None) -> LossR
     if declared is not None and takes is not None:
         takes = bool(declared)
     if takes is None:
-        return LossRule(default_takes, default_count, f"{how}; {seen}")
+        return LossRule(default_takes, count_by_type, f"{how}; {seen}")
     if count is None:
-        return LossRule(takes, default_count, f"{seen}; which items decided by model type")
+        return LossRule(takes, count_by_type, f"{seen}; which items decided by model type")
     return LossRule(takes, count, seen)
 
 
@@ -220,13 +226,19 @@ class WindowScaler:
     batch of all its examples.
 
     A window whose micro-batches cannot be counted by the rule (no labels) weighs them by their rows.
+
+    ``count_single``: a window of one micro-batch whose loss is the model's own mean still passes its count of the
+    rule's items as ``num_items_in_batch`` (divisor 1), as upstream passes it without accumulation to a model whose
+    forward takes loss keyword arguments: an override of ``compute_loss`` may divide by it.
     """
 
-    def __init__(self, rule: LossRule, *, device: torch.device, world_size: int, across_ranks: bool) -> None:
+    def __init__(self, rule: LossRule, *, device: torch.device, world_size: int, across_ranks: bool,
+                 count_single: bool = False) -> None:
         self.rule = rule
         self.device = device
         self.world_size = world_size
         self.across_ranks = across_ranks and world_size > 1
+        self.count_single = count_single
         self._plain_single = self.single_batch_is_plain()  # read per step: settled for the run
 
     def single_batch_is_plain(self) -> bool:
@@ -236,7 +248,12 @@ class WindowScaler:
     def window(self, group: Sequence[Any]) -> tuple[torch.Tensor | None, Sequence[Any]]:
         """``(num_items_in_batch or None, divisor of each micro-batch)`` for the micro-batches of one step."""
         if self._plain_single and len(group) == 1:  # the model's own mean as it is
-            return _PLAIN_SINGLE
+            if not self.count_single:
+                return _PLAIN_SINGLE
+            count = count_items(group[0], self.rule.count)
+            if count is None:
+                return _PLAIN_SINGLE
+            return torch.as_tensor(count).to(self.device), _PLAIN_SINGLE[1]
         counts = [count_items(batch, self.rule.count) for batch in group]
         if any(c is None for c in counts):
             return None, loss_divisors(group)  # no labels: this rank's rows

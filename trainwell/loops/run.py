@@ -26,8 +26,8 @@ from ..callbacks.state import TrainerControl, TrainerState
 from ..data.loader import collator_draws_randomness
 from ..utils import reporting
 from ..utils.losses import all_labels_ignored
-from ..utils.model_utils import activation_checkpointing, compile_model, enable_gradient_checkpointing, is_causal_lm
-from ..utils.model_utils import unwrap_model
+from ..utils.model_utils import accepts_loss_kwargs, activation_checkpointing, compile_model
+from ..utils.model_utils import enable_gradient_checkpointing, is_causal_lm, unwrap_model
 from ..utils.overrides import call_override
 from ..utils.option_enums import SaveStrategy
 from ..utils.outputs import TrainOutput
@@ -81,6 +81,7 @@ class TrainingRun:
         trainer.state = self._fresh_state(trainer.state)
         trainer.control = TrainerControl()
         # 3. The model prepared: checkpointing, the backend's wrapping, the hooks, optimizer and schedule, compile.
+        optimizer_given = trainer.optimizer is not None
         self.hooks = self._prepare_model()
         try:
             self.model: nn.Module = trainer.model
@@ -92,10 +93,12 @@ class TrainingRun:
             # TrainerState, data position.
             position = DataPosition()
             if resume_from is not None:
+                before = {id(p) for p in trainer.model.parameters()}
                 resumed = self.checkpoints.load(resume_from, self.plan, self.look_ahead)
                 position = resumed.position
                 if resumed.state is not None:
                     trainer.state = resumed.state
+                self._adopt_replaced_parameters(resume_from, optimizer_given, before)
         except BaseException:
             self.hooks.detach()
             raise
@@ -152,9 +155,59 @@ class TrainingRun:
         self.callbacks.lr_scheduler = trainer.lr_scheduler
         return hooks
 
+    def _adopt_replaced_parameters(self, folder: Path, optimizer_given: bool, before: set[int]) -> None:
+        """After a resume, the optimizer steps the model's parameters, even where ``_load_from_checkpoint`` (an
+        override: ``load_state_dict(..., assign=True)``, a re-created module) replaced them (``before``: the ids of
+        the model's parameters before the load).
+
+        Upstream loads the weights first and builds the optimizer after; here the optimizer and schedule, built
+        before the load, are built again over the loaded parameters and given the states just restored (the same
+        end). Where they cannot be built again (passed to the Trainer, or held by a wrapper or an engine), the run
+        is refused with the fix rather than stepping parameters the model no longer uses.
+        """
+        trainer, backend = self.trainer, self.backend
+        current = {id(p) for p in trainer.model.parameters()}
+        dropped = [p for group in getattr(trainer.optimizer, "param_groups", None) or [] for p in group["params"]
+                   if id(p) in before and id(p) not in current]
+        if not dropped:
+            return
+        own_wrapper = backend.wrapped is not backend.model or trainer.model_wrapped is not trainer.model
+        if optimizer_given or own_wrapper or backend.caps.handles_grad_accumulation or backend.caps.sharded_state:
+            missing = parameters_outside(trainer.model, trainer.optimizer)
+            holder = ("was passed to the Trainer" if optimizer_given else
+                      f"is held by {type(backend).__name__}'s wrapper or engine")
+            raise RuntimeError(
+                f"After resuming from {folder}, the optimizer holds {len(dropped)} parameters the model no longer has, "
+                f"and {len(missing)} trainable parameters of the model are not in it ({', '.join(missing[:3])}"
+                f"{', ...' if len(missing) > 3 else ''}): _load_from_checkpoint replaced them "
+                f"(load_state_dict(..., assign=True) or a re-created module), and the optimizer {holder}, so it "
+                "cannot be built again over them. Load the weights into the existing parameters "
+                "(model.load_state_dict(state_dict) without assign=True, or parameter.data.copy_(...)).")
+        previous = trainer.optimizer
+        assert previous is not None  # it holds the dropped parameters
+        optimizer_state = previous.state_dict()
+        scheduler = trainer.lr_scheduler
+        scheduler_state = scheduler.state_dict() if hasattr(scheduler, "state_dict") else None
+        trainer.optimizer, trainer.lr_scheduler = None, None
+        trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
+        rebuilt: torch.optim.Optimizer | None = trainer.optimizer  # set again by the call above
+        optimizer = _set_by(rebuilt, "create_optimizer_and_scheduler (or an override of it)", "self.optimizer")
+        optimizer.load_state_dict(optimizer_state)
+        if scheduler_state is not None and trainer.lr_scheduler is not None:
+            trainer.lr_scheduler.load_state_dict(scheduler_state)
+        backend.setup_optimization(optimizer, trainer.lr_scheduler)
+        trainer.optimizer, trainer.lr_scheduler = backend.optimizer, backend.lr_scheduler
+        self.callbacks.optimizer, self.callbacks.lr_scheduler = trainer.optimizer, trainer.lr_scheduler
+
     def close(self) -> None:
         """Take off what the run attached to the model and callbacks (after an error too; idempotent)."""
         self.hooks.detach()
+
+
+def parameters_outside(model: nn.Module, optimizer: Any) -> list[str]:
+    """The names of ``model``'s trainable parameters that ``optimizer``'s parameter groups do not hold."""
+    held = {id(p) for group in getattr(optimizer, "param_groups", None) or [] for p in group["params"]}
+    return [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
 
 
 def _set_by(value: T | None, setter: str, what: str) -> T:
@@ -258,7 +311,7 @@ def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
     """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
     ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
     from ..runtime.distributed import all_gather_object
-    from .loss_scaling import LossRule, WindowScaler, probe_loss_rule  # loaded by the first train()
+    from .loss_scaling import LossRule, WindowScaler, default_count, probe_loss_rule  # loaded by the first train()
 
     trainer, args = run.trainer, run.args
     ignored = all_labels_ignored(first_batch, trainer.label_names or ["labels"])
@@ -277,7 +330,10 @@ def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
     elif not trainer._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
         rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
     elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
-        rule = LossRule(False, "labels", "one micro-batch per step")
+        # still counted for num_items_in_batch where upstream counts (a forward taking loss kwargs): its items
+        rule = LossRule(False, default_count(trainer.model), "one micro-batch per step")
+        return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=False,
+                            count_single=accepts_loss_kwargs(trainer.model))
     else:
         rule = probe_loss_rule(trainer.model, trainer._prepare_inputs(first_batch))
         if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
