@@ -61,7 +61,7 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
         drop_last=args.dataloader_drop_last, num_workers=workers,
         pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
         persistent_workers=args.dataloader_persistent_workers,
-        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init)
+        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size)
 
 
 def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | None = None) -> Any:
@@ -93,7 +93,7 @@ def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:
     common = dict(seed=seed, num_replicas=args.world_size, rank=args.process_index, shard_batch_size=batch_size)
     if args.group_by_length:
         lengths = infer_lengths(dataset, length_column_name=args.length_column_name)
-        return LengthGroupedSampler(lengths, batch_size * args.gradient_accumulation_steps, **common)
+        return LengthGroupedSampler(batch_size * args.gradient_accumulation_steps, lengths=lengths, **common)
     return ResumableSampler(len(dataset), shuffle=True, drop_last=args.dataloader_drop_last, **common)
 
 
