@@ -92,7 +92,8 @@ class DataCollatorWithFlattening:
             import torch
 
             make: Any = torch.tensor
-            wide, narrow = torch.int64, torch.int32
+            wide: Any = torch.int64
+            narrow: Any = torch.int32
         elif return_tensors == "np":
             make, wide, narrow = np.array, np.int64, np.int32
         else:

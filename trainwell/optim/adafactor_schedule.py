@@ -37,7 +37,7 @@ class AdafactorSchedule(LambdaLR):
 
     def get_lr(self) -> list[float]:  # type: ignore[override]  # torch's returns floats or tensors
         """The optimizer's current rate per group (``base_lrs`` before any step)."""
-        opt = self.optimizer
+        opt: Any = self.optimizer  # an Adafactor (trainwell's or upstream's): it has _get_lr
         lrs = [opt._get_lr(group, opt.state[group["params"][0]]) for group in opt.param_groups
                if group["params"][0].grad is not None]
         return lrs or list(self.base_lrs)
