@@ -80,7 +80,7 @@ def test_state_dict_round_trip_resumes_same_tail():
 def test_length_grouped_groups_lengths_and_is_resumable():
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(1, 100, (64,), generator=gen).tolist()
-    s = LengthGroupedSampler(lengths, batch_size=4, seed=2, mega_batch_mult=4)
+    s = LengthGroupedSampler(4, lengths=lengths, seed=2, mega_batch_mult=4)
     order = list(s)
     assert sorted(order) == list(range(64))
     assert lengths[order[0]] == max(lengths)  # the longest comes first
@@ -102,7 +102,7 @@ def test_length_grouped_groups_lengths_and_is_resumable():
 
 def test_length_grouped_distributed_and_infer_lengths():
     lengths = [3, 1, 4, 1, 5, 9, 2]
-    parts = [list(LengthGroupedSampler(lengths, 2, num_replicas=2, rank=r)) for r in range(2)]
+    parts = [list(LengthGroupedSampler(2, lengths=lengths, num_replicas=2, rank=r)) for r in range(2)]
     assert all(len(p) == 4 for p in parts) and set(parts[0]) | set(parts[1]) == set(range(7))
     assert infer_lengths([{"input_ids": [1, 2]}, {"input_ids": [1]}]) == [2, 1]
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from trainwell.optim import schedules
+from trainwell.optim.greedy import GreedyLR
 from trainwell.optim.schedules import (
     get_constant_schedule,
     get_constant_schedule_with_warmup,
@@ -246,6 +247,8 @@ def test_get_scheduler_dispatches_every_type():
         scheduler = get_scheduler(schedule_type.value, _optimizer(), W, T, kwargs.get(schedule_type))
         if schedule_type == SchedulerType.REDUCE_ON_PLATEAU:
             assert isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        elif schedule_type == SchedulerType.GREEDY:
+            assert isinstance(scheduler, GreedyLR)
         else:
             assert isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR)
     linear = get_scheduler(SchedulerType.LINEAR, _optimizer(), W, T)

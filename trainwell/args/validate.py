@@ -337,7 +337,8 @@ class ArgumentValidation:
             self.do_eval = True
 
     def _resolve_best_model(self) -> None:
-        needs_metric = self.load_best_model_at_end or self.lr_scheduler_type == SchedulerType.REDUCE_ON_PLATEAU
+        on_metrics = self.lr_scheduler_type in (SchedulerType.REDUCE_ON_PLATEAU, SchedulerType.GREEDY)
+        needs_metric = self.load_best_model_at_end or on_metrics
         if needs_metric and self.metric_for_best_model is None:
             self.metric_for_best_model = "loss"
         if self.greater_is_better is None and self.metric_for_best_model is not None:
@@ -349,9 +350,9 @@ class ArgumentValidation:
                 logger.warning("save_strategy='best' saves after evaluations, but eval_strategy='no'.")
         if self.load_best_model_at_end and self.save_strategy != SaveStrategy.BEST:
             self._check_best_model_intervals()
-        if self.lr_scheduler_type == SchedulerType.REDUCE_ON_PLATEAU and self.eval_strategy == IntervalStrategy.NO:
-            raise ValueError("lr_scheduler_type='reduce_lr_on_plateau' steps on evaluation metrics; set "
-                             "eval_strategy to 'steps' or 'epoch'.")
+        if on_metrics and self.eval_strategy == IntervalStrategy.NO:
+            raise ValueError(f"lr_scheduler_type={SchedulerType(self.lr_scheduler_type).value!r} steps on evaluation "
+                             "metrics; set eval_strategy to 'steps' or 'epoch'.")
 
     def _check_best_model_intervals(self) -> None:
         if self.eval_strategy.value != self.save_strategy.value:

@@ -134,7 +134,7 @@ class TrainerState:
     :class:`ExportableState` callbacks and is stored as ``{class name: state}``.
     """
 
-    epoch: float | None = None
+    epoch: float | None = 0
     global_step: int = 0
     max_steps: int = 0
     logging_steps: int = 500

@@ -41,6 +41,21 @@ def _availability_check(tracker: Tracker) -> Callable[[], bool]:
     return check
 
 
+def is_optuna_available() -> bool:
+    """optuna installed (the hyperparameter-search backend ``backend="optuna"``)."""
+    return is_installed("optuna")
+
+
+def is_ray_available() -> bool:
+    """ray installed."""
+    return is_installed("ray")
+
+
+def is_ray_tune_available() -> bool:
+    """ray and its ``ray.tune`` installed (the hyperparameter-search backend ``backend="ray"``)."""
+    return is_ray_available() and is_installed("ray.tune")
+
+
 # The callbacks (each module imported now, as upstream's module does) and the is_*_available checks, by table row.
 globals().update({t.callback: getattr(_integrations, t.callback) for t in TRACKER_TABLE})
 globals().update({t.available: _availability_check(t) for t in TRACKER_TABLE if t.available})
@@ -48,5 +63,6 @@ globals().update({t.available: _availability_check(t) for t in TRACKER_TABLE if 
 __all__ = sorted([
     "INTEGRATION_TO_CALLBACK", "MissingIntegrationError", "NeptuneMissingConfiguration", "WandbLogModel",
     "get_available_reporting_integrations", "get_reporting_integration_callbacks", "rewrite_logs",
+    "is_optuna_available", "is_ray_available", "is_ray_tune_available",
     *(t.callback for t in TRACKER_TABLE), *(t.available for t in TRACKER_TABLE if t.available),
 ])

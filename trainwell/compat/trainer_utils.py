@@ -21,6 +21,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "utils.reporting": ("speed_metrics",),
     "loops.eval_loop": ("denumpify_detensorize",),
     "data.loader": ("has_length",),
+    "data.columns": ("RemoveColumnsCollator",),
+    "runtime.memory": ("TrainerMemoryTracker",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 

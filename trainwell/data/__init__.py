@@ -13,6 +13,8 @@ _EXPORTS = {
         "DataCollatorForTokenClassification", "DataCollatorForLanguageModeling", "default_data_collator",
         "pad_sequences",
     ),
+    "flattening": ("DataCollatorWithFlattening",),
+    "multiple_choice": ("DataCollatorForMultipleChoice",),
     "samplers": (
         "ResumableSampler", "LengthGroupedSampler", "get_length_grouped_indices", "infer_lengths",
         "skip_first_batches",
@@ -20,7 +22,7 @@ _EXPORTS = {
     "columns": (
         "signature_columns", "RemoveColumnsCollator", "remove_unused_columns_from_dataset", "check_labels_present",
     ),
-    "loader": ("build_dataloader", "has_length"),
+    "loader": ("PreparedDataLoader", "build_dataloader", "has_length"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["build_dataloader", "has_length"]
+from torch.utils.data import DataLoader, IterableDataset
+
+__all__ = ["PreparedDataLoader", "build_dataloader", "has_length"]
 
 
-def has_length(obj: Any) -> bool:
-    """True when ``len(obj)`` works (map-style datasets, samplers, loaders over them); False for iterables."""
+def has_length(dataset: Any) -> bool:
+    """True when ``len(dataset)`` works (map-style datasets, samplers, loaders over them); False for iterables."""
     try:
-        return len(obj) is not None
+        return len(dataset) is not None
     except (TypeError, NotImplementedError, AttributeError):
         return False
 
@@ -32,6 +34,24 @@ def _worker_options(num_workers: int, persistent_workers: bool, prefetch_factor:
     return options
 
 
+class PreparedDataLoader(DataLoader):
+    """A ``DataLoader`` that also answers what accelerate's prepared loaders (``DataLoaderShard``) add and upstream's
+    and the libraries' code reads: ``total_batch_size`` and ``total_dataset_length``."""
+
+    num_processes: int = 1  # the processes that each take a batch of ``batch_size`` per step
+
+    @property
+    def total_batch_size(self) -> int | None:
+        """Examples per step across all processes: ``batch_size * num_processes`` (None without batching)."""
+        return None if self.batch_size is None else self.batch_size * self.num_processes
+
+    @property
+    def total_dataset_length(self) -> int:
+        """The dataset's ``total_length`` when it has one, else ``len(dataset)``."""
+        total = getattr(self.dataset, "total_length", None)
+        return int(total) if total is not None else len(self.dataset)  # type: ignore[arg-type]
+
+
 def build_dataloader(
     dataset: Any,
     *,
@@ -48,16 +68,16 @@ def build_dataloader(
     generator: Any = None,
     multiprocessing_context: Any = None,
     in_order: bool = True,
+    num_processes: int = 1,
 ) -> Any:
     """A ``DataLoader`` over ``dataset``.
 
     ``prefetch_factor``, ``persistent_workers``, ``multiprocessing_context`` (a start method name or context) and
     ``in_order`` are passed only when ``num_workers > 0``. An
     ``IterableDataset`` gets neither sampler nor shuffling (it orders itself); passing a ``sampler`` with one is
-    an error. ``sampler`` and ``shuffle=True`` are mutually exclusive.
+    an error. ``sampler`` and ``shuffle=True`` are mutually exclusive. The loader is a :class:`PreparedDataLoader`
+    whose ``total_batch_size`` counts ``num_processes`` (each taking ``batch_size`` per step), as accelerate's.
     """
-    from torch.utils.data import DataLoader, IterableDataset
-
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be at least 1 (per_device_*_batch_size).")
     if num_workers < 0:
@@ -71,10 +91,13 @@ def build_dataloader(
     if isinstance(dataset, IterableDataset):
         if sampler is not None:
             raise ValueError("sampler was given for an IterableDataset, which orders itself: pass sampler=None.")
-        return DataLoader(dataset, **kwargs)
-    if sampler is not None and shuffle:
-        raise ValueError("sampler and shuffle=True are mutually exclusive: shuffle inside the sampler instead.")
-    return DataLoader(dataset, sampler=sampler, shuffle=shuffle, **kwargs)
+        loader = PreparedDataLoader(dataset, **kwargs)
+    else:
+        if sampler is not None and shuffle:
+            raise ValueError("sampler and shuffle=True are mutually exclusive: shuffle inside the sampler instead.")
+        loader = PreparedDataLoader(dataset, sampler=sampler, shuffle=shuffle, **kwargs)
+    loader.num_processes = num_processes
+    return loader
 
 
 def collator_draws_randomness(dataloader: Any) -> bool | None:

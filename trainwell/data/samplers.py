@@ -299,26 +299,45 @@ def get_length_grouped_indices(lengths: Sequence[int], batch_size: int, mega_bat
 class LengthGroupedSampler(_SeekableSampler):
     """Sampler grouping examples of similar length (``group_by_length``), seekable and resumable.
 
+    Upstream's signature first: ``LengthGroupedSampler(batch_size, dataset=None, lengths=None,
+    model_input_name=None, generator=None)``; then trainwell's keyword-only options.
+
     Args:
-        lengths: the length of every example (for example ``len(example["input_ids"])``).
-        batch_size: the per-device batch size.
-        seed: base seed; epoch ``e`` uses ``seed + e``.
+        batch_size: the per-device batch size (times the accumulation steps, as the Trainer passes it).
+        dataset: read for the lengths when ``lengths`` is None: ``len(example[model_input_name])`` per example.
+        lengths: the length of every example (a list or a tensor).
+        model_input_name: the key measured in ``dataset``'s examples (default ``"input_ids"``).
+        generator: draw every epoch's order from this generator, advancing it, as upstream does (then ``seed``
+            and the epoch are not used, and the order is not seekable across a resume).
+        seed: base seed when no ``generator`` is given; epoch ``e`` uses ``seed + e``.
         mega_batch_mult: mega-batch size in batches (default: see :func:`get_length_grouped_indices`).
         num_replicas, rank, drop_last, shard_batch_size: split across processes like :class:`ResumableSampler`.
     """
 
-    def __init__(self, lengths: Sequence[int], batch_size: int, *, seed: int = 0,
+    def __init__(self, batch_size: int, dataset: Any = None, lengths: Sequence[int] | None = None,
+                 model_input_name: str | None = None, generator: torch.Generator | None = None, *, seed: int = 0,
                  mega_batch_mult: int | None = None, num_replicas: int = 1, rank: int = 0,
                  drop_last: bool = False, shard_batch_size: int | None = None) -> None:
+        if not isinstance(batch_size, int):
+            raise TypeError(f"LengthGroupedSampler takes the batch size first (upstream's signature), got "
+                            f"{type(batch_size).__name__}: call LengthGroupedSampler(batch_size, lengths=lengths).")
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1.")
-        if isinstance(lengths, torch.Tensor):
+        if lengths is None:
+            if dataset is None:
+                raise ValueError("LengthGroupedSampler needs dataset= or lengths= (one of them) to group by length.")
+            lengths = infer_lengths(dataset, model_input_name or "input_ids", length_column_name=None)
+        elif isinstance(lengths, torch.Tensor):
             lengths = lengths.tolist()
         self.lengths = [int(n) for n in lengths]
         super().__init__(len(self.lengths), seed=seed, num_replicas=num_replicas, rank=rank, drop_last=drop_last,
                          shard_batch_size=shard_batch_size)
         self.batch_size = batch_size
         self.mega_batch_mult = mega_batch_mult
+        self.generator = generator
+
+    def _generator(self) -> torch.Generator:
+        return self.generator if self.generator is not None else super()._generator()
 
     def _full_order(self) -> list[int]:
         return get_length_grouped_indices(self.lengths, self.batch_size, self.mega_batch_mult, self._generator())

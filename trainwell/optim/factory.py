@@ -374,13 +374,26 @@ class Adafactor(torch.optim.Optimizer):
         super().__init__(params, defaults)
 
     @staticmethod
-    def _step_size(group: dict[str, Any], state: dict[str, Any]) -> float:
+    def _get_lr(param_group: dict[str, Any], param_state: dict[str, Any]) -> float:
+        """The step size of ``param_group`` for a parameter whose state is ``param_state`` (upstream's name: read
+        by :class:`~trainwell.optim.adafactor_schedule.AdafactorSchedule` and by code logging Adafactor's rate)."""
+        group, state = param_group, param_state
         step_size = group["lr"]
         if group["relative_step"]:
             min_step = 1e-6 * state["step"] if group["warmup_init"] else 1e-2
             step_size = min(min_step, 1.0 / math.sqrt(state["step"]))
         scale = max(group["eps"][1], state["RMS"]) if group["scale_parameter"] else 1.0
         return scale * step_size
+
+    @staticmethod
+    def _get_options(param_group: dict[str, Any], param_shape: tuple[int, ...]) -> tuple[bool, bool]:
+        """``(factored, use_first_moment)``: a 2D+ parameter keeps a factored second moment; ``beta1`` a first."""
+        return len(param_shape) >= 2, param_group["beta1"] is not None
+
+    @staticmethod
+    def _rms(tensor: torch.Tensor) -> torch.Tensor:
+        """Root mean square of ``tensor``."""
+        return _rms(tensor)
 
     @staticmethod
     def _init_state(state: dict[str, Any], grad: torch.Tensor, group: dict[str, Any]) -> None:
@@ -423,7 +436,7 @@ class Adafactor(torch.optim.Optimizer):
         value = param.float() if param.dtype in (torch.float16, torch.bfloat16) else param
         state["step"] += 1
         state["RMS"] = float(_rms(value))
-        step_size = self._step_size(group, state)
+        step_size = self._get_lr(group, state)
         update = self._preconditioned(grad, state, group)
         update.div_((_rms(update) / group["clip_threshold"]).clamp_(min=1.0)).mul_(step_size)
         if group["beta1"] is not None:

@@ -3,7 +3,8 @@
 Every ``get_*_schedule*`` function returns a :class:`torch.optim.lr_scheduler.LambdaLR` whose multiplier is a
 ``functools.partial`` of a module-level function, so ``scheduler.state_dict()`` (which pickles the lambdas' state)
 works and a resumed scheduler continues exactly where it stopped. ``get_reduce_on_plateau_schedule`` returns a
-:class:`torch.optim.lr_scheduler.ReduceLROnPlateau`. :func:`get_scheduler` picks one by its
+:class:`torch.optim.lr_scheduler.ReduceLROnPlateau` and ``get_greedy_schedule`` a :class:`~trainwell.optim.greedy.GreedyLR`
+(both step on evaluation metrics). :func:`get_scheduler` picks one by its
 :class:`~trainwell.trainer_utils.SchedulerType` name (the ``lr_scheduler_type`` training argument).
 
 The multiplier at optimizer step ``s`` (counted from 0) for ``W`` warm-up and ``T`` training steps:
@@ -26,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..utils.option_enums import SchedulerType
+from .greedy import GreedyLR, get_greedy_schedule
 
 if TYPE_CHECKING:  # torch is imported lazily so that ``import trainwell`` stays fast
     from torch.optim import Optimizer
@@ -43,6 +45,7 @@ __all__ = [
     "get_cosine_with_min_lr_schedule_with_warmup",
     "get_cosine_with_min_lr_schedule_with_warmup_lr_rate",
     "get_wsd_schedule",
+    "get_greedy_schedule",
     "get_scheduler",
     "TYPE_TO_SCHEDULER_FUNCTION",
 ]
@@ -429,6 +432,7 @@ TYPE_TO_SCHEDULER_FUNCTION: dict[SchedulerType, Callable[..., Any]] = {
     SchedulerType.COSINE_WITH_MIN_LR: get_cosine_with_min_lr_schedule_with_warmup,
     SchedulerType.COSINE_WARMUP_WITH_MIN_LR: get_cosine_with_min_lr_schedule_with_warmup_lr_rate,
     SchedulerType.WARMUP_STABLE_DECAY: get_wsd_schedule,
+    SchedulerType.GREEDY: get_greedy_schedule,
 }
 
 
@@ -453,7 +457,7 @@ def get_scheduler(
     num_warmup_steps: int | None = None,
     num_training_steps: int | None = None,
     scheduler_specific_kwargs: dict[str, Any] | None = None,
-) -> LambdaLR | ReduceLROnPlateau:
+) -> LambdaLR | ReduceLROnPlateau | GreedyLR:
     """Build the schedule called ``name`` (a :class:`SchedulerType` value, e.g. ``"linear"``) for ``optimizer``.
 
     ``scheduler_specific_kwargs`` (the ``lr_scheduler_kwargs`` training argument) go to the schedule function.
@@ -463,7 +467,7 @@ def get_scheduler(
     schedule_type = _scheduler_type(name)
     schedule_func = TYPE_TO_SCHEDULER_FUNCTION[schedule_type]
     kwargs = dict(scheduler_specific_kwargs or {})
-    if schedule_type == SchedulerType.REDUCE_ON_PLATEAU:
+    if schedule_type in (SchedulerType.REDUCE_ON_PLATEAU, SchedulerType.GREEDY):  # step on metrics
         return schedule_func(optimizer, **kwargs)
     if schedule_type == SchedulerType.CONSTANT:
         return schedule_func(optimizer)
@@ -483,7 +487,8 @@ def get_scheduler(
     )
 
 
-def trainer_scheduler(args: Any, optimizer: Optimizer | None, num_training_steps: int) -> LambdaLR | ReduceLROnPlateau:
+def trainer_scheduler(args: Any, optimizer: Optimizer | None,
+                      num_training_steps: int) -> LambdaLR | ReduceLROnPlateau | GreedyLR:
     """``Trainer.create_scheduler``'s schedule: the TrainingArguments ``args``' ``lr_scheduler_type`` with their
     ``lr_scheduler_kwargs`` and warm-up, over ``num_training_steps`` optimizer steps of ``optimizer``."""
     if optimizer is None:  # (torch's schedulers fail on None: LambdaLR with an AttributeError)

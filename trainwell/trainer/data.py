@@ -61,7 +61,7 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
         drop_last=args.dataloader_drop_last, num_workers=workers,
         pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
         persistent_workers=args.dataloader_persistent_workers,
-        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init,
+        prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size,
         multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
         in_order=getattr(args, "dataloader_in_order", True))
 
@@ -98,7 +98,7 @@ def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:
     strategy = getattr(args, "train_sampling_strategy", "random")  # arguments of another class may lack it
     if strategy == "group_by_length" or (strategy == "random" and getattr(args, "group_by_length", False)):
         lengths = infer_lengths(dataset, length_column_name=args.length_column_name)
-        return LengthGroupedSampler(lengths, batch_size * args.gradient_accumulation_steps, **common)
+        return LengthGroupedSampler(batch_size * args.gradient_accumulation_steps, lengths=lengths, **common)
     return ResumableSampler(len(dataset), shuffle=strategy != "sequential", drop_last=args.dataloader_drop_last,
                             **common)
 

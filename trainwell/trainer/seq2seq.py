@@ -113,7 +113,7 @@ class Seq2SeqTrainer(Trainer):
         dataset = self.train_dataset if dataset is None else dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
-        return LengthGroupedSampler(lengths, self._train_batch_size * self.args.gradient_accumulation_steps,
+        return LengthGroupedSampler(self._train_batch_size * self.args.gradient_accumulation_steps, lengths=lengths,
                                     seed=seed, num_replicas=self.args.world_size, rank=self.args.process_index)
 
     def _generation_defaults(self, gen_kwargs: dict[str, Any]) -> dict[str, Any]:

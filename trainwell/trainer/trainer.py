@@ -310,7 +310,9 @@ class Trainer:
         call_override(self, "create_scheduler", num_training_steps=num_training_steps, optimizer=self.optimizer)
 
     def _scheduler_needs_metrics(self) -> bool:
-        return isinstance(self.lr_scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+        from ..optim.greedy import GreedyLR
+
+        return isinstance(self.lr_scheduler, (torch.optim.lr_scheduler.ReduceLROnPlateau, GreedyLR))
 
     # ------------------------------------------------------------------------------------------- the step
     def _prepare_input(self, data: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,15 +47,18 @@ def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]
     )
 
 
+@dataclass
 class LabelSmoother:
-    """Cross entropy with label smoothing ``epsilon`` over the model's logits, ignoring ``ignore_index`` labels."""
+    """Cross entropy with label smoothing ``epsilon`` over the model's logits, ignoring ``ignore_index`` labels
+    (upstream's ``transformers.trainer_pt_utils.LabelSmoother``: same fields, call and numbers)."""
 
-    def __init__(self, epsilon: float = 0.1, ignore_index: int = -100) -> None:
-        self.epsilon = epsilon
-        self.ignore_index = ignore_index
+    epsilon: float = 0.1
+    ignore_index: int = -100
 
-    def __call__(self, model_output: Any, labels: torch.Tensor, shift_labels: bool = False) -> torch.Tensor:
-        """Smoothed loss for ``labels`` (shifted by one for causal language models when ``shift_labels``)."""
+    def __call__(self, model_output: Any, labels: torch.Tensor, shift_labels: bool = False,
+                 num_items_in_batch: int | torch.Tensor | None = None) -> torch.Tensor:
+        """Smoothed loss for ``labels`` (shifted by one for causal language models when ``shift_labels``), divided
+        by ``num_items_in_batch`` when given (the labels of the whole accumulated batch), else by this batch's."""
         if isinstance(model_output, Mapping):
             logits = model_output["logits"]
         elif isinstance(model_output, (tuple, list)):
@@ -70,9 +74,14 @@ class LabelSmoother:
         padding_mask = labels.eq(self.ignore_index)
         nll = log_probs.gather(dim=-1, index=labels.clamp(min=0)).masked_fill(padding_mask, 0.0)
         smoothed = log_probs.sum(dim=-1, keepdim=True).masked_fill(padding_mask, 0.0)
-        num_active = padding_mask.numel() - padding_mask.long().sum()
-        nll = nll.sum() / num_active
-        smoothed = smoothed.sum() / (num_active * log_probs.shape[-1])
+        if num_items_in_batch is None:
+            denominator: Any = padding_mask.numel() - padding_mask.long().sum()
+        elif isinstance(num_items_in_batch, torch.Tensor):
+            denominator = num_items_in_batch.to(nll.device)  # (the count may live on another device)
+        else:
+            denominator = num_items_in_batch
+        nll = nll.sum() / denominator
+        smoothed = smoothed.sum() / (denominator * log_probs.shape[-1])
         return (1 - self.epsilon) * nll + self.epsilon * smoothed
 
 
