@@ -221,6 +221,8 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     sharded_ddp: list[ShardedDDPOption] | str | None = _f("", "Deprecated: 'simple' (ZeRO optimizer) or "
                                                          "zero_dp_2/zero_dp_3 (mapped to fsdp).")
     accelerator_config: dict | str | None = _f(None, "Data-loading config (dict, JSON string or JSON file).")
+    parallelism_config: Any = _f(None, "accelerate's ParallelismConfig (tensor/context/sequence parallelism): read by "
+                                 "libraries (TRL's configs); trainwell shards with DDP, FSDP or DeepSpeed only.")
     deepspeed: dict | str | None = _f(None, "DeepSpeed config (path to a JSON file, JSON string or dict).")
     label_smoothing_factor: float = _f(0.0, "Label smoothing epsilon (0 disables).")
     optim: OptimizerNames | str = _f(_default_optim(), "The optimizer (default, as upstream 5.x: adamw_torch_fused "
