@@ -25,7 +25,7 @@ from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
-from ..utils.model_utils import accepts_loss_kwargs, find_labels, flops_rule, forward_parameters, is_causal_lm
+from ..utils.model_utils import accepts_loss_kwargs, default_label_names, flops_rule, forward_parameters, is_causal_lm
 from ..utils.model_utils import unwrap_model
 from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
 from ..utils.overrides import accepts, call_override
@@ -145,8 +145,7 @@ class Trainer:
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
         self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
-        # upstream infers them from forward (QA models: start/end_positions); a forward(**kwargs) keeps ["labels"]
-        inferred = find_labels(self.model) or ["labels"]
+        inferred = default_label_names(self.model)  # upstream's find_labels; a bare forward(**kwargs): ["labels"]
         self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
