@@ -140,6 +140,44 @@ def test_label_names_of_a_plain_model_and_an_explicit_list(tmp_path):
         assert lib.Trainer(model=Plain(), args=args).label_names == ["y"]
 
 
+class InputOnly(nn.Module):
+    """Shaped like sentence-transformers' models: ``forward(input, **kwargs)``, no label parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(2, 1)
+
+    def forward(self, input, **kwargs):
+        return {"logits": self.lin(input).squeeze(-1)}
+
+
+class KwargsOnly(InputOnly):
+    def forward(self, **kwargs):
+        return {"logits": self.lin(kwargs["input"]).squeeze(-1)}
+
+
+def test_label_names_inferred_from_forward_as_upstream(tmp_path):
+    """No label parameter: ``[]`` as upstream (``forward(input, **kwargs)`` too); only a forward taking nothing but
+    ``**kwargs`` keeps trainwell's documented ``["labels"]``. Evaluating the input-only model then gives upstream's
+    predictions (before, ``["labels"]`` made the loop ask for labels the rows never have)."""
+    rows = [{"input": torch.tensor([float(i), 1.0])} for i in range(5)]
+    outs = {}
+    for lib in (trainwell, transformers):
+        args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), report_to="none", use_cpu=True,
+                                     per_device_eval_batch_size=2, remove_unused_columns=False)
+        trainer = lib.Trainer(model=InputOnly(), args=args, data_collator=lambda b: {
+            "input": torch.stack([r["input"] for r in b])})
+        assert trainer.label_names == []
+        outs[lib.__name__] = trainer.predict(rows)
+        generic = lib.Trainer(model=KwargsOnly(), args=args).label_names
+        assert generic == (["labels"] if lib is trainwell else [])
+    ours, theirs = outs["trainwell"], outs["transformers"]
+    assert ours.label_ids is None and theirs.label_ids is None
+    assert torch.allclose(torch.as_tensor(ours.predictions), torch.as_tensor(theirs.predictions))
+    assert "test_loss" not in ours.metrics and "test_loss" not in theirs.metrics
+
+
 # ------------------------------------------------------------------------------------- Seq2SeqTrainer.predict
 class Reg(nn.Module):
     def __init__(self):

@@ -18,6 +18,8 @@ from helpers import launch
 JOBS = Path(__file__).resolve().parent / "jobs"
 #: log keys that measure time, not training
 TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "total_flos")
+#: ... and the endings of the other timing keys (eval_runtime, eval_samples_per_second, TRL's step_time...)
+TIMING_SUFFIXES = ("_runtime", "_per_second", "_time")
 
 
 def run_both(job: str, args: list[str], out: Path, *, route: str, timeout: float = 240) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def largest_difference(upstream: list[dict], ours: list[dict], *, last_step: int
     worst = 0.0
     for theirs, mine in zip(upstream, ours):
         for key, value in theirs.items():
-            if key in TIMING_KEYS or not isinstance(value, (int, float)):
+            if key in TIMING_KEYS or key.endswith(TIMING_SUFFIXES) or not isinstance(value, (int, float)):
                 continue
             other = mine[key]
             if value == other:

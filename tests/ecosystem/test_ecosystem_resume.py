@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers import launch
-from parity import JOBS, TIMING_KEYS, final_weights_difference
+from parity import JOBS, TIMING_KEYS, final_weights_difference, largest_difference
 
 pytestmark = pytest.mark.slow
 STOP, STEPS = 3, 6
@@ -88,5 +88,22 @@ def test_mnrl_stopped_at_a_checkpoint_and_resumed_equals_the_uninterrupted_run(t
     assert after(logs["resumed"], STOP) == after(logs["full"], STOP)  # loss, grad_norm, learning_rate, epoch
     assert len(after(logs["full"], STOP)) == STEPS - STOP
     assert summary(logs["resumed"]) == summary(logs["full"])
+    assert final_weights_difference(folders["full"] / "final" / "model.safetensors",
+                                    folders["resumed"] / "final" / "model.safetensors") == 0.0
+
+
+@pytest.mark.skipif(not find_spec("trl"), reason="needs trl")
+def test_grpo_stopped_at_a_checkpoint_and_resumed_equals_the_uninterrupted_run(tmp_path):
+    """GRPOTrainer: generation after the resume draws the same completions (the RNG states of the checkpoint), so
+    rewards, KL, losses and the evaluation at step 6 equal the uninterrupted run's, and so do the final weights."""
+    from world import build_tiny_llama
+
+    model_dir = str(build_tiny_llama(tmp_path / "tiny_llama"))
+    folders = stop_and_resume([sys.executable], ["trl_job.py", "grpo", model_dir], tmp_path,
+                              suffix=["--patch", "--save-steps", str(STOP)])
+    logs = histories(folders)
+    assert max(e["step"] for e in logs["resumed"]) == STEPS
+    assert len(after(logs["full"], STOP)) == 4  # steps 4-6 and the evaluation at step 6
+    assert largest_difference(after(logs["full"], STOP), after(logs["resumed"], STOP)) == 0.0
     assert final_weights_difference(folders["full"] / "final" / "model.safetensors",
                                     folders["resumed"] / "final" / "model.safetensors") == 0.0

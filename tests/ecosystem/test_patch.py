@@ -105,3 +105,43 @@ def test_trainwell_run_names_a_missing_script():
     done = subprocess.run([sys.executable, "-m", "trainwell", "run", "no_such_script.py"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 2 and "script 'no_such_script.py' not found" in done.stderr
+
+
+def test_the_patch_warns_naming_every_class_defined_before_it():
+    """A script's (or a package's) subclasses of upstream's Trainer / TrainingArguments built before the patch stay
+    on upstream: the patch names each (nested ones too) in one warning; classes of transformers itself and classes
+    defined after the patch are not named, and a script without early classes gets no warning."""
+    out = python("""
+        import warnings
+        import transformers
+        class MyTrainer(transformers.Trainer): pass
+        class Deeper(MyTrainer): pass
+        class MyArgs(transformers.TrainingArguments): pass
+        import trainwell
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainwell.patch_transformers()
+            import transformers as package  # the package object of now (the patch may re-execute its __init__)
+            class Later(package.Trainer): pass
+            trainwell.patch_transformers()
+        texts = [str(w.message) for w in caught if "defined before the patch" in str(w.message)]
+        assert len(texts) == 1, texts
+        print(texts[0])
+        print("LATER", issubclass(Later, trainwell.Trainer), issubclass(MyTrainer, trainwell.Trainer))
+    """)
+    assert out.returncode == 0, out.stderr[-3000:]
+    message, later = out.stdout.strip().splitlines()[-2:]
+    for name in ("__main__.MyTrainer", "__main__.Deeper", "__main__.MyArgs"):
+        assert name in message
+    assert "3 class(es)" in message and "Seq2Seq" not in message and "Later" not in message
+    assert "before importing the packages that define them" in message
+    assert later == "LATER True False"
+    clean = python("""
+        import warnings
+        import transformers, trainwell
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainwell.patch_transformers()
+        print("clean", sum("defined before the patch" in str(w.message) for w in caught))
+    """)
+    assert clean.stdout.strip().endswith("clean 0"), clean.stderr[-3000:]

@@ -39,3 +39,13 @@ def test_mnrl_second_epoch_matches_upstream(runs):
     """The second epoch too: the loop tells the loader's batch sampler its epoch, as accelerate does, and
     sentence-transformers' batch sampler reseeds its shuffle from it."""
     assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5
+
+
+@pytest.mark.parametrize("case", ["st_eval", "ce_eval"])
+def test_eval_dataset_without_evaluator_gives_upstreams_eval_loss(case, tmp_path):
+    """SentenceTransformerTrainer and CrossEncoderTrainer with an eval_dataset and no evaluator: the models'
+    ``forward(input, **kwargs)`` has no label parameter, so label_names is ``[]`` as upstream (it was ``["labels"]``
+    and the first evaluation raised ``TypeError``), and every eval_loss equals upstream's."""
+    runs = run_both("st_job.py", [case], tmp_path, route="patch")
+    assert sum("eval_loss" in entry for entry in runs["trainwell"]) == 3
+    assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5

@@ -50,3 +50,16 @@ def test_dpo_with_a_ref_model_matches_upstream(model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(str(runs["folder"]["trainwell"] / "final"))
+
+
+@pytest.mark.parametrize("case", ["grpo", "rloo"])
+def test_online_trainers_match_upstream(case, model_dir, tmp_path):
+    """GRPOTrainer / RLOOTrainer (generation, a reward function, the reference model's KL, an evaluation every 3
+    steps): every logged number equal to upstream's. They need what upstream's Trainer sets up for them: the
+    ``parallelism_config`` field, accelerate's ``AcceleratorState`` (``set_seed(seed, device_specific=True)``) and
+    ``Trainer._get_dataloader``."""
+    runs = run_both("trl_job.py", [case, model_dir], tmp_path, route="patch")
+    assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5
+    assert f"trainwell Trainer under trl.{case.upper()}Trainer" in runs["output"]
+    assert sum("eval_loss" in entry for entry in runs["trainwell"]) == 2
+    assert any("kl" in entry for entry in runs["trainwell"])

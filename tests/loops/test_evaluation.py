@@ -194,10 +194,14 @@ class FakeTrainer:
             loss = outputs.loss
         return (loss, outputs) if return_outputs else loss
 
-    def _build_dataloader(self, dataset, *, batch_size, train, description):
+    def _get_dataloader(self, dataset, description, batch_size, sampler_fn=None, is_training=False,
+                        dataloader_key=None):
         if hasattr(dataset, "__len__") and len(dataset) == 0:
             raise ValueError(f"The {description} is empty")
         return DataLoader(dataset, batch_size=batch_size, shuffle=False)
+
+    def _get_eval_sampler(self, dataset):
+        return None
 
     def _model_for_eval(self):
         return self.model

@@ -73,12 +73,49 @@ def _check_not_too_late() -> None:
             "with `trainwell run SCRIPT [ARGS...]`).")
 
 
+def early_subclasses() -> list[str]:
+    """``module.QualName`` of every class defined outside transformers that already derives (at any depth) from
+    upstream's ``Trainer`` or ``TrainingArguments``: a script's or a package's class built before the patch, which
+    keeps upstream's class as its base whatever the patch does. Empty when transformers' trainer was not imported."""
+    roots: list[type] = []
+    for module_name, name in (("transformers.trainer", "Trainer"), ("transformers.training_args", "TrainingArguments")):
+        module = sys.modules.get(module_name)
+        upstream = ORIGINALS.get((module_name, name), getattr(module, "__dict__", {}).get(name))
+        if isinstance(upstream, type) and upstream.__module__.startswith("transformers"):
+            roots.append(upstream)
+    found: dict[type, None] = {}
+    stack: list[type] = list(roots)
+    while stack:
+        subclasses: list[type] = stack.pop().__subclasses__()
+        for sub in subclasses:
+            if sub not in found:
+                found[sub] = None
+                stack.append(sub)
+    return [f"{cls.__module__}.{cls.__qualname__}" for cls in found
+            if cls.__module__.split(".")[0] not in ("transformers", "trainwell")]
+
+
+def _warn_early_subclasses() -> None:
+    """A warning naming every class :func:`early_subclasses` finds: it stays on upstream's Trainer."""
+    early = early_subclasses()
+    if early:
+        import warnings
+
+        warnings.warn(
+            f"trainwell.patch_transformers(): {len(early)} class(es) were defined before the patch and subclass "
+            f"transformers' own Trainer/TrainingArguments, so they run on upstream, not trainwell: {', '.join(early)}. "
+            "Call `import trainwell; trainwell.patch_transformers()` at the top of the script, before importing the "
+            "packages that define them and before defining them (or run the script with `trainwell run SCRIPT`).",
+            UserWarning, stacklevel=3)
+
+
 def patch_transformers() -> None:
     """Make ``transformers.Trainer``, ``TrainingArguments``, ``Seq2SeqTrainer`` and ``Seq2SeqTrainingArguments``
     trainwell's, everywhere libraries look them up; call it before importing TRL, sentence-transformers or setfit.
 
     Idempotent. Raises ``ImportError`` when transformers is not installed and ``RuntimeError`` when a library
-    that subclasses the Trainer was imported first.
+    that subclasses the Trainer was imported first; warns (``UserWarning``) naming every other class defined before
+    the call that subclasses upstream's ``Trainer`` or ``TrainingArguments`` (a script's own, another package's).
     """
     try:
         importlib.import_module("transformers")
@@ -89,6 +126,7 @@ def patch_transformers() -> None:
         _set_names()  # the package object may have been replaced since: set its names again
         return
     _check_not_too_late()
+    _warn_early_subclasses()
     for module_name in PATCHED_NAMES:  # the submodules first: importing them may replace the package object
         importlib.import_module(module_name)
     _set_names()

@@ -145,6 +145,7 @@ def eval_dataloader(trainer: EvalLoopTrainer, eval_dataset: Any = None) -> DataL
     if eval_dataset is None and trainer.eval_dataset is None:
         raise ValueError("Trainer: evaluation requires an eval_dataset; pass Trainer(eval_dataset=...) "
                          "or trainer.evaluate(eval_dataset=...).")
+    key = eval_dataset if isinstance(eval_dataset, str) else "eval"  # upstream's dataloader_key
     if isinstance(eval_dataset, str):
         if not isinstance(trainer.eval_dataset, Mapping) or eval_dataset not in trainer.eval_dataset:
             names = list(trainer.eval_dataset) if isinstance(trainer.eval_dataset, Mapping) else []
@@ -156,16 +157,16 @@ def eval_dataloader(trainer: EvalLoopTrainer, eval_dataset: Any = None) -> DataL
     if isinstance(eval_dataset, Mapping):
         raise ValueError(f"get_eval_dataloader got a dict of datasets (names: {list(eval_dataset)}); "
                          "pass one dataset or one of those names (evaluate() handles dicts itself).")
-    return trainer._build_dataloader(eval_dataset, batch_size=trainer.args.eval_batch_size, train=False,
-                                     description="eval_dataset")
+    return trainer._get_dataloader(eval_dataset, "Evaluation", trainer.args.eval_batch_size,
+                                   sampler_fn=trainer._get_eval_sampler, dataloader_key=key)
 
 
 def prediction_dataloader(trainer: EvalLoopTrainer, test_dataset: Any) -> DataLoader:
     """The prediction DataLoader for ``test_dataset`` (sequential)."""
     if test_dataset is None:
         raise ValueError("Trainer.predict requires a test_dataset; pass trainer.predict(test_dataset).")
-    return trainer._build_dataloader(test_dataset, batch_size=trainer.args.eval_batch_size, train=False,
-                                     description="test_dataset")
+    return trainer._get_dataloader(test_dataset, "test", trainer.args.eval_batch_size,
+                                   sampler_fn=trainer._get_eval_sampler)
 
 
 def run_evaluate(trainer: EvalLoopTrainer, eval_dataset: Any = None, ignore_keys: list[str] | None = None,

@@ -31,7 +31,7 @@ from ..utils.model_utils import enable_gradient_checkpointing, is_causal_lm, unw
 from ..utils.overrides import call_override
 from ..utils.option_enums import SaveStrategy
 from ..utils.outputs import TrainOutput
-from .best_metric import MissingMetricError, is_new_best
+from .best_metric import MissingMetricError
 from . import train_hooks
 from .look_ahead import BatchLookAhead
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
@@ -218,9 +218,10 @@ def _set_by(value: T | None, setter: str, what: str) -> T:
 
 
 def log_training_window(run: TrainingRun, grad_norm: torch.Tensor | float | None,
-                        start_time: float | None = None) -> None:
-    """Log the mean loss of the steps since the last log, the gradient norm and the learning rate (through
-    ``trainer.log(logs, start_time)``, as upstream; an override of the older ``log(logs)`` gets ``logs`` only)."""
+                        start_time: float | None = None, learning_rate: float | None = None) -> None:
+    """Log the mean loss of the steps since the last log, the gradient norm and the learning rate (``learning_rate``
+    when given, as upstream; through ``trainer.log(logs, start_time)``, as upstream; an override of the older
+    ``log(logs)`` gets ``logs`` only)."""
     trainer, loop, state = run.trainer, run.loop, run.state
     steps = state.global_step - loop.last_logged_step
     window = loop.close_window(state.global_step)
@@ -234,7 +235,7 @@ def log_training_window(run: TrainingRun, grad_norm: torch.Tensor | float | None
     logs: dict[str, float] = {"loss": window / steps}
     if grad_norm is not None:
         logs["grad_norm"] = grad_norm.item() if isinstance(grad_norm, torch.Tensor) else float(grad_norm)
-    logs["learning_rate"] = logged_learning_rate(run)
+    logs["learning_rate"] = learning_rate if learning_rate is not None else logged_learning_rate(run)
     trainer.store_flos()
     call_override(trainer, "log", logs, start_time=start_time)
 
@@ -247,7 +248,7 @@ def logged_learning_rate(run: TrainingRun) -> float:
 
 def log_save_evaluate(run: TrainingRun | None, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                       model: nn.Module, trial: Any, ignore_keys_for_eval: list[str] | None,
-                      start_time: float | None = None) -> None:
+                      start_time: float | None = None, learning_rate: float | None = None) -> None:
     """The Trainer's ``_maybe_log_save_evaluate``: log, evaluate and save as ``control`` asks, in that order; the
     best metric is tracked at every evaluation (``load_best_model_at_end``, rotation and ``save_strategy="best"``
     need it). A missing ``metric_for_best_model`` raises after the checkpoint due at this step is written."""
@@ -255,11 +256,11 @@ def log_save_evaluate(run: TrainingRun | None, tr_loss: torch.Tensor, grad_norm:
         raise RuntimeError("_maybe_log_save_evaluate is called by the training loop, after train() started its run")
     trainer, args = run.trainer, run.args
     if trainer.control.should_log and run.state.global_step > run.loop.last_logged_step:
-        log_training_window(run, grad_norm, start_time)
+        log_training_window(run, grad_norm, start_time, learning_rate)
     if trainer.control.should_evaluate:
         try:
             metrics = trainer._evaluate(trial, ignore_keys_for_eval)
-            new_best = is_new_best(args, run.state, metrics)
+            new_best = trainer._determine_best_metric(metrics=metrics, trial=trial)  # an override is reached
         except MissingMetricError as err:
             model.train()
             if trainer.control.should_save:

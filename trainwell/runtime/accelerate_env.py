@@ -29,7 +29,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["accelerate_settings", "apply_accelerate_env"]
+__all__ = ["accelerate_settings", "apply_accelerate_env", "ensure_accelerator_state"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on", "y", "t"), ("0", "false", "no", "off", "n", "f", "", "none")
 # FSDP_SHARDING_STRATEGY: accelerate writes the name, older configs the torch enum value.
@@ -322,3 +322,29 @@ def apply_accelerate_env(args: Any, environ: Mapping[str, str] | None = None) ->
         logger.info("accelerate launch configuration applied: %s",
                     ", ".join(f"{name}={value!r}" for name, value in changed.items()))
     return changed
+
+
+def ensure_accelerator_state(args: Any) -> None:
+    """Set up accelerate's process-wide ``AcceleratorState`` as upstream's Trainer does when it creates its
+    ``Accelerator``, so libraries that read it (``accelerate.utils.set_seed(seed, device_specific=True)`` in TRL's
+    GRPO/RLOO trainers, ``AcceleratorState().process_index``...) find this process's rank, device and precision.
+
+    trainwell itself never reads it. Nothing happens when accelerate is not installed or a state already exists (an
+    ``Accelerator`` the script created keeps its settings). Call it after the process group is set up
+    (``args.device``): accelerate then adopts the group instead of creating one.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        return
+    from accelerate.state import AcceleratorState
+
+    if AcceleratorState._shared_state.get("_mixed_precision") is not None:  # already set up by an Accelerator
+        return
+    precision = "fp16" if args.fp16 else ("bf16" if args.bf16 else "no")
+    cpu = args.device.type == "cpu"
+    try:
+        AcceleratorState(mixed_precision=precision, cpu=cpu, _from_accelerator=True)
+    except Exception as error:  # a launch set-up accelerate handles otherwise (its DeepSpeed plugin): trainwell's own
+        logger.info("accelerate's AcceleratorState was not set up (%s: %s); libraries reading it outside the "
+                    "Trainer may fail", type(error).__name__, error)

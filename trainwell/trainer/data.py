@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -27,15 +27,27 @@ if TYPE_CHECKING:  # trainer.py imports this module: the Trainer is named for th
 logger = logging.getLogger("trainwell.trainer.trainer")
 
 
-def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
-    """A DataLoader over ``dataset`` with column removal, the collator, a seekable sampler and seeded workers."""
+#: upstream's loader descriptions -> the dataset's name in trainwell's messages
+_DATASET_NAMES = {"Training": "train", "Evaluation": "eval_dataset", "test": "test_dataset"}
+
+
+def trainer_dataloader(trainer: Trainer, dataset: Any, description: str, batch_size: int,
+                       sampler_fn: Callable[[Any], Any] | None = None, is_training: bool = False,
+                       dataloader_key: str | None = None) -> Any:
+    """``Trainer._get_dataloader`` (upstream's signature): a DataLoader over ``dataset`` with column removal, the
+    collator, the sampler ``sampler_fn(dataset)`` (none for an iterable dataset) and, for training, seeded workers.
+
+    ``description`` is upstream's (``"Training"``, ``"Evaluation"``, ``"test"``), passed on to the column-removal
+    methods as there. ``dataloader_key`` is accepted for upstream's callers; trainwell does not keep evaluation
+    loaders between calls (upstream reuses them under ``dataloader_persistent_workers``), so it builds a new one.
+    """
+    name = _DATASET_NAMES.get(description, description)
     if dataset is None:
-        raise ValueError(f"Trainer: this call requires a {description} dataset "
-                         f"(pass `{description}_dataset=` to the Trainer or to the method)")
-    name = description.removesuffix("_dataset")
-    check_dataset(dataset, name)  # also for datasets passed to evaluate()/predict() (cheap isinstance checks)
+        raise ValueError(f"Trainer: this call requires a {name} dataset "
+                         f"(pass `{name}_dataset=` to the Trainer or to the method)")
+    check_dataset(dataset, name.removesuffix("_dataset"))  # also for datasets passed to evaluate()/predict()
     if has_length(dataset) and len(dataset) == 0:
-        raise ValueError(f"The {description} dataset is empty (len() == 0); pass a dataset with at least one item")
+        raise ValueError(f"The {name} dataset is empty (len() == 0); pass a dataset with at least one item")
     args, collator = trainer.args, trainer.data_collator
     # upstream's overridable steps, called as upstream calls them (each does nothing without remove_unused_columns)
     if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):  # a datasets.Dataset
@@ -47,15 +59,13 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
         if has_length(dataset) and args.dataloader_num_workers == 0:
             from ..data.length_check import LengthCheckedIterable
 
-            dataset = LengthCheckedIterable(dataset, name)  # a pass yielding != __len__ raises
-    if has_length(dataset) and not isinstance(dataset, torch.utils.data.IterableDataset):
-        # an override of the older _get_train_sampler(self) reads self.train_dataset itself
-        sampler = (call_override(trainer, "_get_train_sampler", dataset) if train
-                   else trainer._get_eval_sampler(dataset))
+            dataset = LengthCheckedIterable(dataset, name.removesuffix("_dataset"))  # yielding != __len__ raises
+    elif sampler_fn is not None:
+        sampler = _sample(trainer, sampler_fn, dataset)
     # As upstream: no generator, so each pass draws its workers' base seed from the global torch stream (one
     # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
     workers = args.dataloader_num_workers
-    worker_init = partial(seed_worker, num_workers=workers, rank=args.process_index) if train else None
+    worker_init = partial(seed_worker, num_workers=workers, rank=args.process_index) if is_training else None
     return build_dataloader(
         dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
         drop_last=args.dataloader_drop_last, num_workers=workers,
@@ -64,6 +74,14 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, *, batch_size: int, train
         prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size,
         multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
         in_order=getattr(args, "dataloader_in_order", True))
+
+
+def _sample(trainer: Trainer, sampler_fn: Callable[[Any], Any], dataset: Any) -> Any:
+    """``sampler_fn(dataset)``; the Trainer's own ``_get_train_sampler`` through :func:`call_override`, since an
+    override written for older releases takes no dataset and reads ``self.train_dataset``."""
+    if getattr(sampler_fn, "__self__", None) is trainer and getattr(sampler_fn, "__name__", "") == "_get_train_sampler":
+        return call_override(trainer, "_get_train_sampler", dataset)
+    return sampler_fn(dataset)
 
 
 def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | None = None) -> Any:

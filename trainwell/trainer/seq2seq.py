@@ -106,11 +106,11 @@ class Seq2SeqTrainer(Trainer):
             raise ValueError(f"{exc}\n\nFix these issues in generation_config to train your model.") from exc
         return config
 
-    def _get_train_sampler(self, dataset: Any = None) -> Any:
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         """``sortish_sampler``: batches of roughly sorted lengths (the length-grouped sampler), else the Trainer's."""
         if not getattr(self.args, "sortish_sampler", False) or self.args.group_by_length:
-            return super()._get_train_sampler(dataset)
-        dataset = self.train_dataset if dataset is None else dataset
+            return super()._get_train_sampler(train_dataset)
+        dataset = self.train_dataset if train_dataset is None else train_dataset
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         lengths = infer_lengths(dataset, length_column_name=self.args.length_column_name)
         return LengthGroupedSampler(self._train_batch_size * self.args.gradient_accumulation_steps, lengths=lengths,

@@ -21,12 +21,12 @@ from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..callbacks.state import TrainerControl, TrainerState
 from ..loops import eval_loop
-from ..loops.best_metric import metric_value
+from ..loops.best_metric import is_new_best, metric_value
 from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
 from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
-from ..utils.model_utils import accepts_loss_kwargs, find_labels, flops_rule, forward_parameters, is_causal_lm
+from ..utils.model_utils import accepts_loss_kwargs, default_label_names, flops_rule, forward_parameters, is_causal_lm
 from ..utils.model_utils import unwrap_model
 from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
 from ..utils.overrides import accepts, call_override
@@ -102,7 +102,7 @@ class Trainer:
     ) -> None:
         from ..backends import build_backend  # loaded by the first Trainer, not by the import
         from ..data.collators import DataCollatorWithPadding, default_data_collator
-        from ..runtime.accelerate_env import apply_accelerate_env
+        from ..runtime.accelerate_env import apply_accelerate_env, ensure_accelerator_state
         from ..runtime.memory import TrainerMemoryTracker
 
         if args is None:
@@ -120,6 +120,7 @@ class Trainer:
         # the device set up first (set_device; the process group under a launcher), as upstream's arguments do in
         # __post_init__: the memory tracker's CUDA readings are then this rank's GPU, not GPU 0
         args.device  # noqa: B018
+        ensure_accelerator_state(args)  # what upstream's Accelerator sets up; libraries read it (TRL's set_seed)
         self._memory_tracker = TrainerMemoryTracker(args.skip_memory_metrics)
         self._memory_tracker.start()
         enable_full_determinism(args.seed) if args.full_determinism else set_seed(args.seed)
@@ -147,8 +148,7 @@ class Trainer:
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
         self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
-        # upstream infers them from forward (QA models: start/end_positions); a forward(**kwargs) keeps ["labels"]
-        inferred = find_labels(self.model) or ["labels"]
+        inferred = default_label_names(self.model)  # upstream's find_labels; a bare forward(**kwargs): ["labels"]
         self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
@@ -236,17 +236,22 @@ class Trainer:
 
         return collator_with_removed_columns(self, data_collator, description)
 
-    def _build_dataloader(self, dataset: Any, *, batch_size: int, train: bool, description: str) -> Any:
-        """A DataLoader over ``dataset`` (see :func:`trainwell.trainer.data.trainer_dataloader`)."""
+    def _get_dataloader(self, dataset: Dataset | None, description: str, batch_size: int,
+                        sampler_fn: Callable[[Dataset], Any] | None = None, is_training: bool = False,
+                        dataloader_key: str | None = None) -> Any:
+        """A DataLoader over ``dataset`` (upstream's helper behind every ``get_*_dataloader``; see
+        :func:`trainwell.trainer.data.trainer_dataloader`)."""
         from .data import trainer_dataloader
 
-        return trainer_dataloader(self, dataset, batch_size=batch_size, train=train, description=description)
+        return trainer_dataloader(self, dataset, description, batch_size, sampler_fn=sampler_fn,
+                                  is_training=is_training, dataloader_key=dataloader_key)
 
-    def _get_train_sampler(self, dataset: Any = None) -> Any:
+    def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
         from .data import train_sampler
 
-        return train_sampler(self.args, self.train_dataset if dataset is None else dataset, self._train_batch_size)
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        return train_sampler(self.args, dataset, self._train_batch_size)
 
     def _get_eval_sampler(self, dataset: Any) -> Any:
         """Sequential order (each rank a contiguous share of every global batch when distributed)."""
@@ -256,8 +261,8 @@ class Trainer:
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""
-        return self._build_dataloader(self.train_dataset, batch_size=self._train_batch_size, train=True,
-                                      description="train")
+        return self._get_dataloader(self.train_dataset, "Training", self._train_batch_size,
+                                    sampler_fn=self._get_train_sampler, is_training=True)
 
     # ------------------------------------------------------------------------------------- optimizer, scheduler
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
@@ -546,14 +551,15 @@ class Trainer:
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
-                                 start_time: float | None = None) -> None:
+                                 start_time: float | None = None, learning_rate: float | None = None) -> None:
         """Log, evaluate and save as ``self.control`` asks, in that order (see
-        :func:`trainwell.loops.run.log_save_evaluate`)."""
+        :func:`trainwell.loops.run.log_save_evaluate`); ``learning_rate``, when given, is the one logged."""
         control = self.control
         if control.should_log or control.should_evaluate or control.should_save:  # (most steps: none of them)
             from ..loops.run import log_save_evaluate
 
-            log_save_evaluate(self._tw_run, tr_loss, grad_norm, model, trial, ignore_keys_for_eval, start_time)
+            log_save_evaluate(self._tw_run, tr_loss, grad_norm, model, trial, ignore_keys_for_eval, start_time,
+                              learning_rate)
 
     def _get_learning_rate(self) -> float:
         if self._scheduler_needs_metrics() or self.lr_scheduler is None:
@@ -562,12 +568,25 @@ class Trainer:
             return float(self.optimizer.param_groups[0]["lr"])
         return float(self.lr_scheduler.get_last_lr()[0])
 
-    def _evaluate(self, trial: Any, ignore_keys: list[str] | None) -> dict[str, float]:
-        metrics = self.evaluate(ignore_keys=ignore_keys)
-        if self._scheduler_needs_metrics():
+    def _evaluate(self, trial: Any, ignore_keys_for_eval: list[str] | None,
+                  skip_scheduler: bool = False) -> dict[str, float]:
+        """Evaluate; a scheduler stepped by a metric (``reduce_lr_on_plateau``) then steps, unless
+        ``skip_scheduler``."""
+        metrics = self.evaluate(ignore_keys=ignore_keys_for_eval)
+        if self._scheduler_needs_metrics() and not skip_scheduler:
             key = self.args.metric_for_best_model or "loss"
             self.lr_scheduler.step(metric_value(metrics, key))
         return metrics
+
+    def _determine_best_metric(self, metrics: dict[str, float], trial: Any) -> bool:
+        """Record ``metrics``' ``metric_for_best_model`` in ``state.best_metric`` / ``best_global_step`` when it
+        improves on the best so far; True then (a missing metric is a ``KeyError`` naming the available ones)."""
+        return is_new_best(self.args, self.state, metrics)
+
+    def _get_output_dir(self, trial: Any) -> str:
+        """The run's output folder: ``args.output_dir``, which a hyper-parameter trial's arguments already point
+        at its own ``run-<id>`` folder."""
+        return require_output_dir(self.args.output_dir)
 
     def store_flos(self) -> None:
         """Add the FLOPs counted since the last call to ``state.total_flos``: every rank's, as upstream (a

@@ -55,6 +55,21 @@ def find_labels(model: nn.Module | type[nn.Module]) -> list[str]:
     return [p for p in params if "label" in p or (qa and p in ("start_positions", "end_positions"))]
 
 
+def default_label_names(model: nn.Module) -> list[str]:
+    """``label_names`` when ``TrainingArguments.label_names`` is unset: upstream's ``find_labels`` on the model
+    (a PEFT model: its base model), so ``forward(input)`` has none; trainwell's one difference is a forward taking
+    nothing but ``*args``/``**kwargs`` (a generic wrapper), which gets ``["labels"]`` so its eval loss is computed.
+    """
+    inner = unwrap_for_signature(model)
+    found = find_labels(inner)
+    if found:
+        return found
+    params = inspect.signature(type(inner).forward).parameters.values()
+    named = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "self"]
+    generic = not named and any(p.kind == p.VAR_KEYWORD for p in params)
+    return ["labels"] if generic else []
+
+
 def accepts_loss_kwargs(model: nn.Module) -> bool:
     """Whether ``num_items_in_batch`` can be passed to the model's forward (upstream's rule): the model's
     ``accepts_loss_kwargs`` attribute when it declares one, else a parameter of that name or ``**kwargs``.

@@ -2,7 +2,8 @@
 ``python st_job.py CASE OUT [--patch] [--stop-at N] [--resume CHECKPOINT]``.
 
 CASE is ``mnrl`` (SentenceTransformerTrainer with MultipleNegativesRankingLoss on MiniLM, a checkpoint saved
-mid-run) or ``setfit`` (setfit's Trainer: the contrastive body phase runs on SentenceTransformerTrainer, then the
+mid-run), ``st_eval`` / ``ce_eval`` (SentenceTransformerTrainer / CrossEncoderTrainer evaluated on an eval_dataset
+without an evaluator) or ``setfit`` (setfit's Trainer: the contrastive body phase runs on SentenceTransformerTrainer, then the
 logistic-regression head). ``--patch`` calls ``trainwell.patch_transformers()`` first. Writes OUT/log_history.json
 and the final model into OUT/final.
 
@@ -51,6 +52,44 @@ def mnrl(out: Path) -> list:
     return trainer.state.log_history
 
 
+def eval_only(out: Path, kind: str) -> list:
+    """``st_eval`` / ``ce_eval``: a SentenceTransformerTrainer (MultipleNegativesRankingLoss) or a
+    CrossEncoderTrainer (BinaryCrossEntropyLoss; the head's random start from seed 0) with an ``eval_dataset`` and no
+    evaluator, the most common set-up: 2 steps with an evaluation after each, then ``evaluate()``."""
+    from datasets import Dataset
+    from transformers import set_seed
+
+    n = len(SENTENCES)
+    common = dict(output_dir=str(out / "run"), max_steps=2, per_device_train_batch_size=4, per_device_eval_batch_size=4,
+                  learning_rate=1e-4, logging_steps=1, eval_strategy="steps", eval_steps=1, save_strategy="no",
+                  report_to="none", optim="adamw_torch", use_cpu=True, seed=0, disable_tqdm=True)
+    set_seed(0)
+    if kind == "st":
+        from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+        from sentence_transformers import SentenceTransformerTrainingArguments
+        from sentence_transformers.losses import MultipleNegativesRankingLoss
+
+        model = SentenceTransformer(minilm_path(), device="cpu")
+        rows = [{"anchor": s, "positive": SENTENCES[(i + 1) % n]} for i, s in enumerate(SENTENCES)]
+        trainer = SentenceTransformerTrainer(
+            model=model, args=SentenceTransformerTrainingArguments(**common), train_dataset=Dataset.from_list(rows[:12]),
+            eval_dataset=Dataset.from_list(rows[12:]), loss=MultipleNegativesRankingLoss(model))
+    else:
+        from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer
+        from sentence_transformers.cross_encoder import CrossEncoderTrainingArguments
+        from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+
+        model = CrossEncoder(minilm_path(), num_labels=1, device="cpu")
+        rows = [{"query": s, "passage": SENTENCES[(i + i % 2) % n], "label": float(i % 2 == 0)}
+                for i, s in enumerate(SENTENCES)]
+        trainer = CrossEncoderTrainer(
+            model=model, args=CrossEncoderTrainingArguments(**common), train_dataset=Dataset.from_list(rows[:12]),
+            eval_dataset=Dataset.from_list(rows[12:]), loss=BinaryCrossEntropyLoss(model))
+    trainer.train()
+    trainer.evaluate()
+    return trainer.state.log_history
+
+
 def setfit(out: Path) -> list:
     from datasets import Dataset
     from setfit import SetFitModel, Trainer, TrainingArguments
@@ -69,5 +108,7 @@ def setfit(out: Path) -> list:
 if __name__ == "__main__":
     case, out = sys.argv[1], Path(sys.argv[2])
     out.mkdir(parents=True, exist_ok=True)
-    history = {"mnrl": mnrl, "setfit": setfit}[case](out)
+    cases = {"mnrl": mnrl, "setfit": setfit, "st_eval": lambda o: eval_only(o, "st"),
+             "ce_eval": lambda o: eval_only(o, "ce")}
+    history = cases[case](out)
     (out / "log_history.json").write_text(json.dumps(history))

@@ -1,11 +1,11 @@
 """One TRL run, the same under transformers and trainwell:
 ``python trl_job.py CASE MODEL_DIR OUT [--patch] [--stop-at N] [--resume CHECKPOINT] [--batch B] [--avg-tokens 0|1]``.
 
-CASE is ``sft`` (SFTTrainer on text), ``sft_peft`` (with a LoRA ``peft_config``) or ``dpo`` (DPOTrainer with a
-ref_model). ``--patch`` calls ``trainwell.patch_transformers()`` first (the other route, ``trainwell run``, runs
+CASE is ``sft`` (SFTTrainer on text), ``sft_peft`` (with a LoRA ``peft_config``), ``dpo`` (DPOTrainer with a
+ref_model), ``grpo`` or ``rloo`` (GRPOTrainer / RLOOTrainer with a reward function, evaluated every 3 steps). ``--patch`` calls ``trainwell.patch_transformers()`` first (the other route, ``trainwell run``, runs
 this file unmodified). Writes OUT/log_history.json and the final model into OUT/final.
 
-The resume and multi-rank cases (``sft`` only): ``--save-steps N`` saves a checkpoint every N steps (default: no
+The resume and multi-rank cases (``sft``; ``grpo`` resumes too): ``--save-steps N`` saves a checkpoint every N steps (default: no
 checkpoints); ``--stop-at N`` stops training (``control.should_training_stop``) right after the checkpoint of step
 N is saved; ``--resume CHECKPOINT`` trains on from that checkpoint (``resume_from_checkpoint``) to the same
 max_steps; ``--batch B`` is ``per_device_train_batch_size`` (default 4); ``--avg-tokens`` sets
@@ -23,7 +23,7 @@ if "--patch" in sys.argv:
     trainwell.patch_transformers()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from world import preference_rows, text_rows  # noqa: E402
+from world import SENTENCES, WORDS, preference_rows, text_rows  # noqa: E402
 from job_options import option, stop_after_save  # noqa: E402
 
 
@@ -38,6 +38,28 @@ def step_counter():
             self.steps += 1
 
     return Counter()
+
+
+def reward_words(completions, **kwargs):
+    """A reward for the online cases: how many words of the vocabulary's first half each completion has."""
+    first_half = set(WORDS[: len(WORDS) // 2])
+    return [float(sum(word in first_half for word in completion.split())) for completion in completions]
+
+
+def online_trainer(case: str, model_dir: str, common: dict, callbacks: list):
+    """GRPOTrainer / RLOOTrainer on prompts of two words: 2 completions of at most 4 tokens each, a KL term to the
+    reference model (beta), an evaluation every 3 steps on 4 prompts."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+    config_cls, trainer_cls = (GRPOConfig, GRPOTrainer) if case == "grpo" else (RLOOConfig, RLOOTrainer)
+    options = {k: v for k, v in common.items() if k != "max_length"}
+    config = config_cls(**options, num_generations=2, max_completion_length=4, beta=0.1, eval_strategy="steps",
+                        eval_steps=3, per_device_eval_batch_size=4)
+    prompts = [{"prompt": " ".join(s.split()[:2])} for s in SENTENCES]
+    return trainer_cls(model=model_dir, reward_funcs=reward_words, args=config,
+                       train_dataset=Dataset.from_list(prompts[:12]), eval_dataset=Dataset.from_list(prompts[12:16]),
+                       callbacks=callbacks)
 
 
 def main(case: str, model_dir: str, out: Path) -> None:
@@ -74,8 +96,10 @@ def main(case: str, model_dir: str, out: Path) -> None:
         trainer = DPOTrainer(model=model, ref_model=ref_model, args=DPOConfig(**common, beta=0.1),
                              processing_class=AutoTokenizer.from_pretrained(model_dir),
                              train_dataset=Dataset.from_list(preference_rows()), callbacks=callbacks)
+    elif case in ("grpo", "rloo"):
+        trainer = online_trainer(case, model_dir, common, callbacks)
     else:
-        raise SystemExit(f"unknown case {case!r}: use sft, sft_peft or dpo")
+        raise SystemExit(f"unknown case {case!r}: use sft, sft_peft, dpo, grpo or rloo")
     trainer.train(resume_from_checkpoint=resume)
     rank = int(os.environ.get("RANK", 0))
     (out / f"rank{rank}.json").write_text(json.dumps({"global_step": trainer.state.global_step,
