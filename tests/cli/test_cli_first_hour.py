@@ -324,3 +324,18 @@ def test_help_piped_into_head_is_quiet():
     result = subprocess.run(["bash", "-c", f'"{sys.executable}" -m trainwell train --help | head -1'],
                             capture_output=True, text=True, env=_env(), timeout=120)
     assert result.stdout.startswith("usage: trainwell train") and result.stderr == ""
+
+
+def test_generate_samples_on_the_built_in_recipes_thread_count(finished_run, capsys, monkeypatch):
+    """torch's default threads (one per core) made sampling 3 to 4 times slower on a busy machine; like the built-in
+    recipe's training, generate uses one thread unless OMP_NUM_THREADS chooses."""
+    import torch
+
+    chosen: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert main(["generate", str(finished_run["dir"]), "def f", "--length", "5"]) == 0
+    assert chosen == [1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert main(["generate", str(finished_run["dir"]), "def f", "--length", "5"]) == 0
+    assert chosen == [1]  # the user's choice stands
