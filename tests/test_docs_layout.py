@@ -102,3 +102,21 @@ def test_the_checks_are_not_vacuous(tmp_path):
     assert not _defines(module, "f")
     assert _rows("| `a/` | `x.py` |\n| b | c |\n") == {"a/": " `x.py` "}
     assert _table_cells("| h | h |\n|---|---|\n| `a.py`, `b/` | x | y |\n") == [["`a.py`, `b/`", "x", "y"]]
+
+
+# Words of the project's own bookkeeping that a reader of the docs cannot know (the upstream documents it was built
+# from, its work sessions and issue numbers).
+PRIVATE_WORDS = re.compile(r"\bthe seeds\b|\bseed 00\d\b|\bthis stop\b|\bstop \d+\b|\bissue \d+\b|\bthis round\b",
+                           re.IGNORECASE)
+
+
+@pytest.mark.parametrize("doc", [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))], ids=lambda p: p.name)
+def test_the_docs_use_no_word_a_user_cannot_know(doc: Path):
+    found = [f"{doc.name}:{n}: {m.group(0)!r}" for n, line in enumerate(doc.read_text().splitlines(), 1)
+             for m in PRIVATE_WORDS.finditer(line)]
+    assert not found, "; ".join(found)
+
+
+def test_the_readme_says_its_commands_run_inside_the_clone():
+    first_block = (REPO / "README.md").read_text().split("```bash\n", 1)[1].split("```", 1)[0]
+    assert "inside a clone of this repository" in first_block

@@ -97,3 +97,44 @@ def test_an_interrupt_during_the_save_removes_the_temporary_folder(tmp_path, pha
                           engine_save=engine if phase == "engine files" else None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4"]
     assert layout.is_complete(earlier) and (earlier / "model.safetensors").read_bytes() == b"ok"
+
+
+def test_a_full_disk_inside_dcps_checkpoint_exception_says_no_space(tmp_path):
+    """FSDP2's save goes through torch DCP, which raises a CheckpointException (a BaseException, not an Exception)
+    holding each rank's error; the ENOSPC in it gets the message of every other backend's full disk."""
+    import errno
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from trainwell.checkpoint.commit import commit_checkpoint
+    from trainwell.checkpoint.ranks import Ranks
+
+    earlier = commit_checkpoint(tmp_path / "checkpoint-4", 4, Ranks(0, 1), should_save=True,
+                                write_files=lambda tmp: (tmp / "model.safetensors").write_bytes(b"ok"))
+
+    def dcp_save(tmp: Path) -> None:
+        (tmp / "fsdp_state").mkdir()
+        try:
+            raise RuntimeError("enforce fail at inline_container.cc") from OSError(errno.ENOSPC, "No space left")
+        except RuntimeError as err:
+            raise CheckpointException("CheckpointException ranks:dict_keys([0])", {0: (err, None)}) from None
+
+    with pytest.raises(OSError) as raised:
+        commit_checkpoint(tmp_path / "checkpoint-8", 8, Ranks(0, 1), should_save=True,
+                          write_files=lambda tmp: (tmp / "model.safetensors").write_bytes(b"x"), engine_save=dcp_save)
+    assert raised.value.errno == errno.ENOSPC
+    assert str(raised.value).startswith(f"[Errno {errno.ENOSPC}] no space left on the disk of {tmp_path} while "
+                                        f"writing checkpoint-8")
+    assert f"newest: {earlier}" in str(raised.value) and "save_only_model=True" in str(raised.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4"]
+
+
+def test_find_disk_full_looks_into_each_ranks_failure():
+    import errno
+
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    other = CheckpointException("two ranks", {0: (ValueError("rank 0: another error"), None), 1: (full, None)})
+    assert layout.find_disk_full(other) is full
+    assert layout.find_disk_full(CheckpointException("one rank", {0: (ValueError("x"), None)})) is None

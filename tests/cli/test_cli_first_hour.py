@@ -324,3 +324,29 @@ def test_help_piped_into_head_is_quiet():
     result = subprocess.run(["bash", "-c", f'"{sys.executable}" -m trainwell train --help | head -1'],
                             capture_output=True, text=True, env=_env(), timeout=120)
     assert result.stdout.startswith("usage: trainwell train") and result.stderr == ""
+
+
+def test_generate_samples_on_the_built_in_recipes_thread_count(finished_run, capsys, monkeypatch):
+    """torch's default threads (one per core) made sampling 3 to 4 times slower on a busy machine; like the built-in
+    recipe's training, generate uses one thread unless OMP_NUM_THREADS chooses."""
+    import torch
+
+    chosen: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", chosen.append)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert main(["generate", str(finished_run["dir"]), "def f", "--length", "5"]) == 0
+    assert chosen == [1]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert main(["generate", str(finished_run["dir"]), "def f", "--length", "5"]) == 0
+    assert chosen == [1]  # the user's choice stands
+
+
+@pytest.mark.parametrize("flags", [["--model", "./my-model"], ["--model_name_or_path=gpt2"]])
+def test_a_model_path_flag_points_to_recipes_not_to_hub_model_id(flags, capsys, tmp_path):
+    assert main(["train", "--output_dir", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"trainwell: error: unknown argument {flags[0].split('=')[0]}: 'trainwell train' takes no "
+                          "model path; to train a model of your own, write a recipe")
+    assert "trainwell train my_recipe.yaml" in err and "examples/recipe.yaml" in err
+    assert "hub_model_id" not in err
+    assert not (tmp_path / "run").exists()

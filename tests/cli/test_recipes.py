@@ -168,3 +168,12 @@ def test_example_recipe_builds(monkeypatch):
     assert out["loss"].ndim == 0 and out["logits"].shape == (1, 10)
     assert len(parts.train_dataset) + len(parts.eval_dataset) == 1797
     sys.modules.pop("my_recipe", None)
+
+
+def test_the_example_recipe_writes_beside_the_built_in_run_not_inside_it(monkeypatch):
+    """`trainwell train` then `trainwell train examples/recipe.yaml`, as the README runs them: a run of the example
+    inside the built-in run's folder would be refused (or mixed with it) as a folder in use."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    example = Path(load_recipe(ROOT / "examples" / "recipe.yaml").args["output_dir"]).resolve()
+    built_in = Path(default_recipe().args["output_dir"]).resolve()
+    assert example != built_in and built_in not in example.parents and example not in built_in.parents

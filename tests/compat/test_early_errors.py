@@ -7,6 +7,7 @@ save or a ``KeyError`` deep inside the DataLoader. Where upstream raises the sam
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -67,6 +68,28 @@ def test_output_dir_not_writable_fails_in_the_constructor(tmp_path):
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_output_dir_on_a_read_only_mount_says_read_only_file_system(tmp_path, monkeypatch, read_only):
+    """Root may write anywhere, so the mount is faked: access(2) refuses (as it does with EROFS) and statvfs says
+    whether the file system is mounted read-only."""
+    from types import SimpleNamespace
+
+    from trainwell.utils import preflight
+
+    monkeypatch.setattr(preflight.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(preflight.os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY if read_only else 0))
+    args = _args(trainwell, tmp_path / "run", save_strategy="steps", save_steps=1, max_steps=2)
+    with pytest.raises(OSError) as err:
+        Trainer(model=SeededRegressor(DIM), args=args, train_dataset=rows())
+    if read_only:
+        assert err.value.errno == errno.EROFS and not isinstance(err.value, PermissionError)
+        assert f"is on a read-only file system (the nearest existing folder is {str(tmp_path)!r})" in str(err.value)
+        assert "is not writable by this user" not in str(err.value)
+    else:
+        assert isinstance(err.value, PermissionError) and "is not writable by this user" in str(err.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_output_dir_not_written_is_not_checked_for_writing(tmp_path):

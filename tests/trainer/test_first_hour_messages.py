@@ -193,3 +193,122 @@ def test_a_save_on_a_real_full_disk_says_disk_full_first(full_disk, async_save):
         assert f"no space left on the disk of {full_disk} while writing checkpoint-1" in first
     assert "newest: none" in first and "save_only_model=True" in first
     assert not list(full_disk.glob("*checkpoint-1*"))  # the half-written folder was removed
+
+
+# ------------------------------------------------------------------------------ the fair messages of bad input
+
+
+class _LyingLength(torch.utils.data.Dataset):
+    """Says 10 items, serves 6."""
+
+    def __init__(self) -> None:
+        self.items = regression_data(6)
+
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+
+def test_a_dataset_whose_len_lies_names_its_len_and_the_index(tmp_path):
+    trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, num_train_epochs=1, save_strategy="no"),
+                      train_dataset=_LyingLength())
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    assert str(err.value) == (
+        "The train dataset (_LyingLength) says len() == 10 but train_dataset[6] raises IndexError (list index out of "
+        "range); the sampler draws every index below len(), so make _LyingLength.__len__ return the number of items "
+        "__getitem__ serves (6 here).")
+    assert isinstance(err.value.__cause__, IndexError)
+
+
+class _Loss(nn.Module):
+    """A regression model whose output ``kind`` is wrong in one way."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind, self.linear = kind, nn.Linear(2, 1)
+
+    def forward(self, x, labels=None):
+        pred = self.linear(x).squeeze(-1)
+        if self.kind == "per_example":
+            return {"loss": (pred - labels) ** 2, "logits": pred}
+        loss = ((pred - labels) ** 2).mean()
+        if self.kind == "detached":
+            return {"loss": loss.detach(), "logits": pred}
+        return pred, loss  # "logits_first"
+
+
+def _first_line_of_train_error(tmp_path, model) -> ValueError:
+    trainer = Trainer(model=model, args=_args(tmp_path, max_steps=1, save_strategy="no"),
+                      train_dataset=regression_data(8))
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    assert "\n" not in str(err.value)
+    return err.value
+
+
+def test_a_loss_that_is_not_a_single_number_names_its_shape_and_the_reduction(tmp_path):
+    error = _first_line_of_train_error(tmp_path, _Loss("per_example"))
+    assert str(error).startswith("The loss of _Loss has shape (4,), not a single number, so backward() cannot start")
+    assert "loss.mean()" in str(error) and isinstance(error.__cause__, RuntimeError)
+
+
+def test_a_loss_without_gradient_names_the_likely_causes(tmp_path):
+    error = _first_line_of_train_error(tmp_path, _Loss("detached"))
+    assert str(error).startswith("The loss of _Loss has no gradient (loss.requires_grad is False)")
+    for cause in ("frozen", "torch.no_grad()", "detached"):
+        assert cause in str(error)
+
+
+def test_a_tuple_whose_loss_is_not_first_says_where_the_loss_is(tmp_path):
+    error = _first_line_of_train_error(tmp_path, _Loss("logits_first"))
+    assert str(error).startswith("The model returned a tuple whose first element is a tensor of shape (4,), not the "
+                                 "loss; Trainer reads the loss from the first element and the single number at "
+                                 "position 1 looks like it")
+
+
+def test_a_text_column_names_the_column_and_the_three_fixes(tmp_path):
+    data = [{**row, "words": ["a", "b"]} for row in regression_data(8)]
+    trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=1, save_strategy="no",
+                                                          remove_unused_columns=False), train_dataset=data)
+    with pytest.raises(ValueError) as err:
+        trainer.train()
+    message = str(err.value)
+    assert message.startswith("The dataset's 'words' column holds text (e.g. 'a'), which the data collator cannot "
+                              "turn into a tensor")
+    for fix in ("tokenize it", "remove_unused_columns=True", "data_collator"):
+        assert fix in message
+
+
+def test_a_text_column_through_a_tokenizer_pad_names_the_column():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from trainwell import DataCollatorWithPadding
+
+    vocab = {"[PAD]": 0, "a": 1, "[UNK]": 2}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")),
+                                        pad_token="[PAD]")
+    with pytest.raises(ValueError, match=r"^The dataset's 'text' column holds text \(e.g. 'hello'\)"):
+        DataCollatorWithPadding(tokenizer)([{"input_ids": [1, 1], "text": "hello"}, {"input_ids": [1], "text": "x"}])
+
+
+class _TwoInterrupts(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # asks for a save and a stop
+            os.kill(os.getpid(), signal.SIGINT)  # before it is done: out now
+
+
+def test_a_second_ctrl_c_before_the_save_says_it_stops_now_without_saving(tmp_path):
+    previous = signal.getsignal(signal.SIGINT)
+    trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=50, save_steps=1000),
+                      train_dataset=regression_data(64), callbacks=[_TwoInterrupts()])
+    with pytest.raises(KeyboardInterrupt) as err:
+        trainer.train()
+    assert str(err.value) == ("second SIGINT after the SIGINT that asked for a checkpoint and a stop: stopping now, "
+                              "without saving that checkpoint")
+    assert not list(tmp_path.glob("checkpoint-*"))
+    assert signal.getsignal(signal.SIGINT) is previous

@@ -143,7 +143,9 @@ def _write_and_seal(final: Path, tmp: Path, step: int, ranks: Ranks, *, should_s
             if engine_save is not None:
                 engine_save(tmp)
             test_hook("engine", step, ranks.rank)
-        except Exception as err:
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as err:  # noqa: B036 - DCP's CheckpointException (a full disk...) is a BaseException
             error = error or err
     report = {"host": socket.gethostname(), "node": node_index(ranks.rank), "saves": should_save, "files": _record(tmp, written),
               "error": None if error is None else f"{type(error).__name__}: {error}"}

@@ -411,14 +411,26 @@ def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
 
 
 def find_disk_full(err: BaseException | None) -> OSError | None:
-    """The ``OSError(ENOSPC/EDQUOT)`` behind ``err``, following ``__cause__``/``__context__`` (torch's zip writer
-    replaces it by a ``RuntimeError`` "unexpected pos" and keeps it only as the context), or None."""
+    """The ``OSError(ENOSPC/EDQUOT)`` behind ``err``, or None. Follows ``__cause__`` and ``__context__`` (torch's zip
+    writer replaces it by a ``RuntimeError`` "unexpected pos" and keeps it only as the context) and the per-rank
+    ``failures`` of torch DCP's ``CheckpointException`` (a ``BaseException`` mapping each rank to ``(error,
+    traceback)``)."""
+    pending: list[BaseException] = [] if err is None else [err]
     seen: set[int] = set()
-    while err is not None and id(err) not in seen:
+    while pending:
+        err = pending.pop(0)
+        if id(err) in seen:
+            continue
         seen.add(id(err))
         if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
             return err
-        err = err.__cause__ or err.__context__
+        failures = getattr(err, "failures", None)
+        if isinstance(failures, dict):
+            for failure in failures.values():
+                inner = failure[0] if isinstance(failure, tuple) and failure else failure
+                if isinstance(inner, BaseException):
+                    pending.append(inner)
+        pending.extend(e for e in (err.__cause__, err.__context__) if e is not None)
     return None
 
 

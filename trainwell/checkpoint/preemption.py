@@ -64,8 +64,10 @@ class PreemptionGuard:
         return None if self.signal_received is None else signal.Signals(self.signal_received).name
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # second Ctrl-C: the user really wants out now
+        if self.requested and signum == signal.SIGINT:  # second Ctrl-C: the user really wants out now
+            raise KeyboardInterrupt(
+                f"second SIGINT after the {self.signal_name} that asked for a checkpoint and a stop: stopping now, "
+                "without saving that checkpoint")
         self.requested = True
         self.signal_received = signum
         if _stderr_is_terminal():  # a progress bar may be drawn on this line: start the message on its own

@@ -239,8 +239,22 @@ def parse_training_args(defaults: dict[str, Any], flags: Sequence[str]) -> Any:
         raise CLIError("the recipe file must come right after 'train': trainwell train CONFIG.yaml [--flags]")
     if remaining:
         flags_only = [r for r in remaining if r.startswith("-")] or remaining  # skip the values of bad flags
+        model_flags = [r.split("=", 1)[0] for r in flags_only if r.split("=", 1)[0] in _MODEL_FLAGS]
+        if model_flags:
+            raise CLIError(_own_model_message(model_flags[0]))
         raise CLIError("; ".join(parser._unknown_args_message(flags_only).splitlines()))
     return outputs[0]
+
+
+#: Flags a user of other training scripts gives to name a model; `trainwell train` takes a recipe instead.
+_MODEL_FLAGS = frozenset({"--model", "--model_name_or_path", "--model_path", "--model_name", "--model_dir"})
+
+
+def _own_model_message(flag: str) -> str:
+    return (f"unknown argument {flag}: 'trainwell train' takes no model path; to train a model of your own, write a "
+            "recipe naming its factories (model, datasets) by import path and run 'trainwell train my_recipe.yaml' "
+            "(an example: examples/recipe.yaml with examples/my_recipe.py; the README's 'Command line' section), or "
+            "use the Trainer from Python")
 
 
 def _split_config(argv: list[str]) -> tuple[str | None, list[str]]:

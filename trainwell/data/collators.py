@@ -118,7 +118,26 @@ def _stack(values: list[Any]) -> torch.Tensor:
     return torch.tensor(values)
 
 
-def _unstackable(key: str, err: Exception) -> ValueError:
+def _text_in(value: Any) -> str | None:
+    """The first string inside ``value`` (a string, or a possibly nested list/tuple of them), else None."""
+    while isinstance(value, (list, tuple)) and value:
+        value = value[0]
+    return value if isinstance(value, str) else None
+
+
+def text_column_error(key: str, text: str) -> ValueError:
+    """The cause and the fix when column ``key`` holds text that no collator can turn into a tensor."""
+    return ValueError(
+        f"The dataset's {key!r} column holds text (e.g. {text[:40]!r}), which the data collator cannot turn into a "
+        f"tensor: tokenize it first (dataset.map with the tokenizer), drop it (remove_unused_columns=True drops the "
+        f"columns the model's forward does not take, or dataset.remove_columns([{key!r}])), or pass a "
+        "data_collator that handles it.")
+
+
+def _unstackable(key: str, err: Exception, first: Any = None) -> ValueError:
+    text = _text_in(first)
+    if text is not None:
+        return text_column_error(key, text)
     return ValueError(
         f"default_data_collator could not stack the values of key {key!r} ({err}); its examples have different "
         "lengths or types: pad them (use DataCollatorWithPadding) or drop the key.")
@@ -184,7 +203,7 @@ def default_data_collator(features: list[Any], return_tensors: str = "pt") -> di
         try:
             batch[key] = _stack(_column(rows, key))
         except (RuntimeError, ValueError, TypeError) as err:
-            raise _unstackable(key, err) from err
+            raise _unstackable(key, err, value) from err
     return batch if return_tensors == "pt" else _finish(batch, return_tensors)
 
 
@@ -339,13 +358,21 @@ def _pad_batch(features: list[Any], tokenizer: Any, padding: bool | str, max_len
                pad_to_multiple_of: int | None, return_tensors: str) -> Any:
     """``tokenizer.pad`` when available, else :func:`builtin_pad`."""
     if _has_pad(tokenizer):
-        return tokenizer.pad(
-            features,
-            padding=padding,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            return_tensors=return_tensors,
-        )
+        try:
+            return tokenizer.pad(
+                features,
+                padding=padding,
+                max_length=max_length,
+                pad_to_multiple_of=pad_to_multiple_of,
+                return_tensors=return_tensors,
+            )
+        except (ValueError, TypeError, RuntimeError) as err:
+            first = features[0] if features and isinstance(features[0], Mapping) else {}
+            text = next(((key, found) for key, value in first.items() if (found := _text_in(value)) is not None),
+                        None)
+            if text is None:
+                raise
+            raise text_column_error(*text) from err
     batch = builtin_pad(_to_mappings(features), tokenizer, padding=padding, max_length=max_length,
                         pad_to_multiple_of=pad_to_multiple_of)
     return _finish(batch, return_tensors)

@@ -53,3 +53,57 @@ class LengthCheckedIterable(torch.utils.data.IterableDataset):
                 f"pass but its __len__ returns {expected}; the steps and epochs are planned from __len__, so "
                 "examples would be silently dropped or the plan would be wrong. Make __len__ return the number of "
                 "examples one pass yields, or remove __len__ and set max_steps.")
+
+
+def _raised_in_getitem(error: BaseException, dataset: Any) -> bool:
+    """Whether ``error`` was raised inside ``type(dataset).__getitem__`` (its frame is in the traceback)."""
+    code = getattr(getattr(type(dataset), "__getitem__", None), "__code__", None)
+    trace = error.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code is code:
+            return True
+        trace = trace.tb_next
+    return False
+
+
+def _first_missing_index(dataset: Any, length: int) -> int | None:
+    """The first index below ``length`` that ``dataset[i]`` refuses with ``IndexError`` (a bisection: the items a
+    lying ``__len__`` over-counts are the last ones), or None when the last one is served."""
+    def refused(index: int) -> bool:
+        try:
+            dataset[index]
+        except IndexError:
+            return True
+        return False
+
+    if length <= 0 or not refused(length - 1):
+        return None
+    low, high = 0, length - 1  # high is refused
+    while low < high:
+        middle = (low + high) // 2
+        if refused(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def explain_index_error(error: IndexError, dataset: Any, description: str) -> ValueError | None:
+    """The cause and the fix when the loader's ``dataset[i]`` raised ``IndexError`` for an index below
+    ``len(dataset)`` (its ``__len__`` over-counts); None for any other ``IndexError``. Reads the dataset again only
+    on this error path, at a few indices."""
+    if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or not _raised_in_getitem(
+            error, dataset):
+        return None
+    try:
+        length = len(dataset)
+        missing = _first_missing_index(dataset, length)
+    except Exception:  # the dataset cannot be probed: its own error stands
+        return None
+    if missing is None:
+        return None
+    name = type(dataset).__name__
+    return ValueError(
+        f"The {description} dataset ({name}) says len() == {length} but {description}_dataset[{missing}] raises "
+        f"IndexError ({error}); the sampler draws every index below len(), so make {name}.__len__ return the "
+        f"number of items __getitem__ serves ({missing} here).")

@@ -215,10 +215,12 @@ class RendezvousWatch:
     """While the process group forms, say on stderr who waits for whom, after ``first_s`` and then every
     ``every_s`` seconds: a rendezvous waiting for a rank that never comes is otherwise silent until ``ddp_timeout``."""
 
-    def __init__(self, env: LaunchEnv, timeout_s: float, *, first_s: float = 5.0, every_s: float = 30.0) -> None:
+    def __init__(self, env: LaunchEnv, timeout_s: float, *, first_s: float = 5.0, every_s: float = 30.0,
+                 extension_builds: bool = False) -> None:
         import threading
 
         self.env, self.timeout_s, self.first_s, self.every_s = env, timeout_s, first_s, every_s
+        self.extension_builds = extension_builds  # a rank may be compiling an op (DeepSpeed): say so when it is
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="trainwell-rendezvous-watch", daemon=True)
 
@@ -231,6 +233,13 @@ class RendezvousWatch:
             who = f"rank 0 hosts the rendezvous at {address} and waits for {others} (at least one has not joined)"
         else:
             who = f"rank {self.env.rank} waits for rank 0 at {address} (not reachable or not started yet)"
+        build = None
+        if self.extension_builds:
+            from .extension_builds import describe_build_locks
+
+            build = describe_build_locks()
+        if build is not None:  # not a rendezvous problem: the address question would mislead
+            return f"trainwell: {who}: {waited_s:.0f} s so far; {build}"
         return (f"trainwell: {who}: {waited_s:.0f} s so far, giving up after {self.timeout_s:.0f} s (ddp_timeout). "
                 f"Are all {world} processes started with the same MASTER_ADDR/MASTER_PORT?")
 

@@ -25,7 +25,7 @@ from ..loops.best_metric import is_new_best, metric_value
 from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
-from ..utils.losses import LabelSmoother, explain_rejected_labels, extract_loss
+from ..utils.losses import LabelSmoother, explain_backward_error, explain_rejected_labels, extract_loss
 from ..utils.model_utils import accepts_loss_kwargs, default_label_names, flops_rule, forward_parameters, is_causal_lm
 from ..utils.model_utils import unwrap_model
 from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
@@ -416,7 +416,13 @@ class Trainer:
             if not scaled and (isinstance(divisor, torch.Tensor) or divisor != 1):  # no device sync for a tensor
                 # a per-micro-batch mean: the loop sets the divisor so the window sums to the mean of one big batch
                 loss = loss / divisor
-        self.backend.backward(loss)
+        try:
+            self.backend.backward(loss)
+        except RuntimeError as err:
+            explained = explain_backward_error(err, loss, type(self.model).__name__)
+            if explained is None:
+                raise
+            raise explained from err
         return loss.detach()
 
     def _compute_loss_takes_num_items(self) -> bool:
@@ -542,6 +548,13 @@ class Trainer:
                                                    ignore_keys_for_eval=ignore_keys_for_eval))
                 self.is_in_train = False
                 return finish(run)
+        except IndexError as err:
+            from ..data.length_check import explain_index_error
+
+            explained = explain_index_error(err, self.train_dataset, "train")
+            if explained is None:
+                raise
+            raise explained from err
         finally:
             self.is_in_train = False
             if self._tw_run is not None:

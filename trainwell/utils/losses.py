@@ -28,7 +28,10 @@ def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]
         loss = outputs
     else:
         loss = getattr(outputs, "loss", None)
-    if isinstance(loss, torch.Tensor) and loss.dim() == 0 or isinstance(loss, torch.Tensor) and loss.numel() > 1:
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+        return loss
+    if isinstance(loss, torch.Tensor) and loss.numel() > 1:  # (DataParallel gathers one loss per device)
+        _refuse_loss_not_first(outputs, loss)
         return loss
     if isinstance(loss, (int, float)) and not isinstance(loss, bool):
         raise ValueError(
@@ -45,6 +48,40 @@ def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]
         f"The model did not return a loss (it returned {kind}). A model trained by Trainer must return its loss "
         f"when given labels: as the first element of a tuple, under 'loss' in a dict, or as `.loss`; {hint}."
     )
+
+
+def _refuse_loss_not_first(outputs: Any, first: torch.Tensor) -> None:
+    """A tuple whose first element is not the loss but holds a single-number tensor further on: say where it is."""
+    if not isinstance(outputs, (tuple, list)):
+        return
+    at = [i for i, item in enumerate(outputs) if isinstance(item, torch.Tensor) and item.dim() == 0
+          and item.is_floating_point()]
+    if at:
+        raise ValueError(
+            f"The model returned a {type(outputs).__name__} whose first element is a tensor of shape "
+            f"{tuple(first.shape)}, not the loss; Trainer reads the loss from the first element and the single number "
+            f"at position {at[0]} looks like it: return (loss, logits, ...) with the loss first, or a dict "
+            "{'loss': loss, 'logits': logits}.")
+
+
+def explain_backward_error(error: RuntimeError, loss: Any, model_name: str) -> ValueError | None:
+    """The cause and the fix when ``loss.backward()`` refused the loss of ``model_name`` (not a single number, or no
+    gradient); None for any other error."""
+    text = str(error)
+    if not isinstance(loss, torch.Tensor):
+        return None
+    if "only for scalar outputs" in text and loss.dim() != 0:
+        return ValueError(
+            f"The loss of {model_name} has shape {tuple(loss.shape)}, not a single number, so backward() cannot start "
+            "from it: "
+            "reduce it in the model or in compute_loss (e.g. loss.mean(), or reduction='mean' in the loss function).")
+    if "does not require grad" in text and not loss.requires_grad:
+        return ValueError(
+            f"The loss of {model_name} has no gradient (loss.requires_grad is False), likely because the parameters "
+            "it depends on are frozen (requires_grad=False), its forward runs under torch.no_grad() or "
+            "torch.inference_mode(), or the loss was detached (.detach(), .item(), torch.tensor(...)): compute it "
+            "from the model's trainable parameters with gradients on.")
+    return None
 
 
 @dataclass

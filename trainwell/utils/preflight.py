@@ -7,6 +7,7 @@ or a ``KeyError`` deep inside the DataLoader).
 
 from __future__ import annotations
 
+import errno
 import numbers
 import os
 from dataclasses import fields
@@ -97,10 +98,23 @@ def check_output_dir(output_dir: str, *, writing: bool) -> None:
         raise ValueError(f"output_dir={output_dir!r} cannot be created: {existing!r} is a file, not a folder; pass "
                          "an output_dir whose parents are folders.")
     if writing and not os.access(existing, os.W_OK | os.X_OK):
+        if _on_read_only_mount(existing):
+            where = "" if existing == path else f" (the nearest existing folder is {existing!r})"
+            raise OSError(errno.EROFS, f"output_dir={output_dir!r} is on a read-only file system{where}: no "
+                          "permission change can make it writable; pass an output_dir on a writable disk, or mount "
+                          "this one read-write. Checked before training so that no work is lost at the first save.")
         where = "" if existing == path else f" (the nearest existing folder, {existing!r}, is not writable)"
         raise PermissionError(f"output_dir={output_dir!r} is not writable by this user{where}; pass an output_dir "
                               "you can write to, or fix the folder's permissions. Checked before training so that "
                               "no work is lost at the first save.")
+
+
+def _on_read_only_mount(folder: str) -> bool:
+    """Whether ``folder`` lies on a file system mounted read-only (``os.access`` says only "not writable")."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs (Windows): the permission message stands
+        return False
 
 
 def _is_dataframe(obj: Any) -> bool:

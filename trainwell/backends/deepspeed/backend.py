@@ -59,7 +59,7 @@ def ensure_process_group(device: torch.device, backend: str | None = None) -> No
                         ("MASTER_PORT", "29500")):
         os.environ.setdefault(name, value)  # the notebook emulation of a launcher (DeepSpeed guide)
     deepspeed = import_deepspeed(device)
-    with RendezvousWatch(env, 1800):  # DeepSpeed's default process-group timeout
+    with RendezvousWatch(env, 1800, extension_builds=True):  # DeepSpeed's default process-group timeout
         deepspeed.init_distributed(dist_backend=backend or ("nccl" if device.type == "cuda" else "gloo"),
                                    auto_mpi_discovery=False)
     close_process_group_at_exit()

@@ -8,6 +8,8 @@ A ``checkpoint-<step>`` folder works too (the config and vocabulary are then rea
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..arguments import CLIError, RaisingArgumentParser, positive_int
@@ -50,6 +52,19 @@ def load_charlm(folder: str | Path):  # -> (CharTransformerLM, CharVocab)
     return model, charlm.CharVocab.from_pretrained(vocab_file.parent)
 
 
+def use_builtin_threads(environ: Mapping[str, str] | None = None) -> bool:
+    """Sample on the built-in recipe's thread count, as its training does, unless ``OMP_NUM_THREADS`` chooses;
+    returns whether the count was set."""
+    from ..recipes import BUILTIN_THREADS
+
+    if (os.environ if environ is None else environ).get("OMP_NUM_THREADS"):
+        return False
+    import torch
+
+    torch.set_num_threads(BUILTIN_THREADS)
+    return True
+
+
 def run(argv: list[str]) -> int:
     """``trainwell generate OUTPUT_DIR PROMPT [--length N --temperature T --seed S]``."""
     parser = RaisingArgumentParser(prog="trainwell generate",
@@ -64,6 +79,7 @@ def run(argv: list[str]) -> int:
         raise CLIError(f"--temperature must be > 0, got {ns.temperature}")
     from ..recipes import charlm
 
+    use_builtin_threads()
     model, vocab = load_charlm(ns.output_dir)
     text = charlm.generate(model, vocab, ns.prompt, n=ns.length, temperature=ns.temperature, seed=ns.seed)
     print(ns.prompt + text)

@@ -43,6 +43,10 @@ SAMPLE_PROMPT = "Return the "
 #: The built-in model's config file (next to its weights) and its model type, read by ``trainwell generate``.
 MODEL_CONFIG_NAME = "config.json"
 MODEL_TYPE = "trainwell-charlm"
+#: torch threads of the built-in model (training and `trainwell generate`) unless OMP_NUM_THREADS is set: a
+#: model this small gains little from a second thread and, on a busy machine, loses many times its speed to threads
+#: spinning for a core they do not get.
+BUILTIN_THREADS = 1
 
 
 def _build_default() -> Components:
@@ -88,4 +92,4 @@ def default_recipe() -> Recipe:
         args["max_steps"] = int(wanted)
     return Recipe(name="built-in: char-level transformer on Python stdlib docstrings",
                   args=args, build=_build_default, finish=_finish_default,
-                  language_model=True, num_threads=1)
+                  language_model=True, num_threads=BUILTIN_THREADS)
