@@ -14,10 +14,12 @@ a user would, in order, each recorded on its own (a phase that raises is written
   OUT/resumed.safetensors).
 
 Writes OUT/result.json: ``history`` (log_history after evaluate), ``evaluate``, ``predict``, ``loaded``,
-``resumed_history``, ``errors`` ({phase: "Type: message"}) and ``seconds`` ({phase: wall time}).
+``resumed_history``, ``errors`` ({phase: "Type: message"}), ``seconds`` ({phase: wall time}) and ``cpu_s`` (the
+process's CPU time, imports included).
 """
 
 import json
+import resource
 import sys
 import time
 import traceback
@@ -228,7 +230,10 @@ def build_setfit(world: Path, out: Path):
     args = TrainingArguments(output_dir=str(out), batch_size=4, num_epochs=1, max_steps=STEPS, logging_steps=1,
                              save_strategy="steps", save_steps=SAVE, report_to="none", seed=0,
                              body_learning_rate=1e-3, num_iterations=2)
-    accuracy = lambda y_pred, y_test: {"accuracy": float(np.mean(np.asarray(y_pred) == np.asarray(y_test)))}  # noqa: E731
+
+    def accuracy(y_pred, y_test) -> dict:
+        return {"accuracy": float(np.mean(np.asarray(y_pred) == np.asarray(y_test)))}
+
     return Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows[:16]),
                    eval_dataset=Dataset.from_list(rows[-8:]), metric=accuracy)
 
@@ -314,6 +319,8 @@ def main(case: str, world: Path, out: Path) -> None:
             result["errors"][name] = "not run: train failed"
             continue
         phase(name, body)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    result["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)  # imports included; what an idle machine's wall is
     (out / "result.json").write_text(json.dumps(result, default=float))
 
 
