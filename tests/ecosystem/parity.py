@@ -22,9 +22,11 @@ TIMING_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_sec
 TIMING_SUFFIXES = ("_runtime", "_per_second", "_time")
 
 
-def run_both(job: str, args: list[str], out: Path, *, route: str, timeout: float = 240) -> dict[str, Any]:
+def run_both(job: str, args: list[str], out: Path, *, route: str, timeout: float = 240,
+             reads: str = "log_history.json") -> dict[str, Any]:
     """Run ``JOBS/job args... OUT`` upstream and on trainwell at once; returns ``{"upstream": history,
-    "trainwell": history, "output": trainwell's output, "folder": {side: out folder}}``."""
+    "trainwell": history, "output": trainwell's output, "folder": {side: out folder}}`` (each side's history is
+    the JSON file ``reads`` in its out folder)."""
     script = str(JOBS / job)
     folders = {"upstream": out / "upstream", "trainwell": out / "trainwell"}
     commands = {"upstream": [sys.executable, script, *args, str(folders["upstream"])]}
@@ -37,7 +39,7 @@ def run_both(job: str, args: list[str], out: Path, *, route: str, timeout: float
     procs = {side: launch.start(cmd) for side, cmd in commands.items()}
     done = {side: launch.wait(proc, f"{job} {' '.join(args)} ({side})", timeout=timeout)
             for side, proc in procs.items()}
-    result: dict[str, Any] = {side: json.loads((folders[side] / "log_history.json").read_text()) for side in folders}
+    result: dict[str, Any] = {side: json.loads((folders[side] / reads).read_text()) for side in folders}
     result["output"] = done["trainwell"].stdout
     result["folder"] = folders
     return result

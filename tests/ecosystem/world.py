@@ -61,3 +61,18 @@ def preference_rows() -> list[dict[str, str]]:
         other = SENTENCES[(i + 5) % len(SENTENCES)].split()
         rows.append({"prompt": " ".join(words[:2]), "chosen": " ".join(words[2:]), "rejected": " ".join(other[2:])})
     return rows
+
+
+def build_tiny_bert(folder: Path, seed: int = 0) -> Path:
+    """A 1-layer BERT with its masked-LM head (hidden 16) and the tokenizer above, saved into ``folder`` (the
+    base of the sentence-transformers models: dense, cross, sparse and multi-vector encoders); returns ``folder``."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM
+
+    build_tokenizer(folder)
+    config = BertConfig(vocab_size=len(SPECIALS) + len(WORDS) + 1, hidden_size=16, intermediate_size=32,
+                        num_hidden_layers=1, num_attention_heads=2, max_position_embeddings=64, pad_token_id=0,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    BertForMaskedLM(config).save_pretrained(str(folder))
+    return folder
