@@ -38,28 +38,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (find_spec("trl") and fin
 PHASES = ("train", "evaluate", "predict", "load", "resume")
 STOP = 3
 TOLERANCE = 1e-5
-CAN_NOT_START = "GRPOTrainer/RLOOTrainer/DistillationTrainer cannot start (parallelism_config, AcceleratorState, " \
-                "Trainer._get_dataloader)"
-ROWS_DROPPED = "eval rows dropped when a collator doubles the rows"
-#: a new finding, not fixed here (trainwell/loops/eval_loop.py is being changed for ROWS_DROPPED)
-EMPTY_LABELS = "label_names=[] with can_return_loss: prediction_step returns labels None where upstream returns () " \
-               "(compute_metrics never called)"
-LABEL_NAMES = "label_names inferred as ['labels'] (evaluate without an evaluator fails)"
-#: (case, phase) -> the known fault (being fixed elsewhere) that fails it today: strict xfails, they flip on the fix
-KNOWN = {
-    **{(case, phase): CAN_NOT_START for case in ("GRPOTrainer", "RLOOTrainer", "DistillationTrainer")
-       for phase in PHASES},
-    # evaluate, predict and load see the weights the shuffled training gave
-    **{("KTOTrainer", phase): "missing TrainingArguments fields (train_sampling_strategy ignored: KTO's KL changes)"
-       for phase in ("train", "evaluate", "predict", "load")},
-    ("RewardTrainer", "evaluate"): ROWS_DROPPED + "; and " + EMPTY_LABELS,
-    ("RewardTrainer", "predict"): ROWS_DROPPED + "; and " + EMPTY_LABELS,
-    ("DPOTrainer", "evaluate"): ROWS_DROPPED,
-    ("DPOTrainer", "predict"): ROWS_DROPPED,
-    **{(case, phase): LABEL_NAMES for case in ("SentenceTransformerTrainer", "CrossEncoderTrainer",
-                                               "SparseEncoderTrainer", "MultiVectorEncoderTrainer")
-       for phase in ("evaluate", "predict")},
-}
+#: (case, phase) -> a known fault that fails it today: strict xfails, so that the fix flips them (none open)
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def test_every_shipped_trainer_is_in_the_matrix():

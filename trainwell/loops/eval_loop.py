@@ -462,7 +462,9 @@ def prediction_step(trainer: EvalLoopTrainer, model: Any, inputs: dict[str, Any]
     labels = None
     if has_labels or loss_without_labels:
         labels = nested_detach(tuple(inputs.get(name) for name in label_names))
-        labels = labels[0] if len(labels) == 1 else (labels or None)
+        # a loss without labels (label_names=[], can_return_loss) leaves an empty tuple, as upstream: compute_metrics
+        # still runs on the predictions (TRL's RewardTrainer)
+        labels = labels[0] if len(labels) == 1 else labels
     with torch.no_grad(), trainer.backend.autocast(), _float32_outputs(trainer, model):
         if has_labels or loss_without_labels:
             # an override with upstream's pre-4.46 signature compute_loss(model, inputs, return_outputs=False) works too
