@@ -171,7 +171,7 @@ def prediction_dataloader(trainer: EvalLoopTrainer, test_dataset: Any) -> DataLo
 
 def run_evaluate(trainer: EvalLoopTrainer, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
                  metric_key_prefix: str = "eval") -> dict[str, float]:
-    """``Trainer.evaluate``: the metrics (loss, compute_metrics results, speed, epoch), all prefixed.
+    """``Trainer.evaluate``: the metrics (loss, compute_metrics results, speed; the epoch that ``log`` adds), all prefixed.
 
     A dict of datasets (passed here or given to the Trainer) evaluates each one (through ``trainer.evaluate``)
     with the prefix ``f"{metric_key_prefix}_{name}"`` and returns the merged metrics.
@@ -196,9 +196,7 @@ def run_evaluate(trainer: EvalLoopTrainer, eval_dataset: Any = None, ignore_keys
         raise
     metrics = output.metrics
     metrics.update(_loop_speed(trainer, metric_key_prefix, start_time, output.num_samples))
-    if trainer.state.epoch is not None:
-        metrics["epoch"] = trainer.state.epoch
-    trainer.log(metrics)
+    trainer.log(metrics)  # adds the epoch to metrics, as upstream's (a log() override that copies them keeps it out)
     trainer.control = trainer.callback_handler.on_evaluate(trainer.args, trainer.state, trainer.control,
                                                            metrics=metrics)
     trainer._memory_tracker.stop_and_update_metrics(metrics, stage="eval")

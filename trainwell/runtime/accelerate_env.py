@@ -344,7 +344,11 @@ def ensure_accelerator_state(args: Any) -> None:
     precision = "fp16" if args.fp16 else ("bf16" if args.bf16 else "no")
     cpu = args.device.type == "cpu"
     try:
-        AcceleratorState(mixed_precision=precision, cpu=cpu, _from_accelerator=True)
+        from accelerate.utils import TorchDynamoPlugin
+
+        # the plugin an Accelerator() would pass: an upstream Trainer created later in this process reuses this state
+        # and reads its dynamo_plugin
+        AcceleratorState(mixed_precision=precision, cpu=cpu, dynamo_plugin=TorchDynamoPlugin(), _from_accelerator=True)
     except Exception as error:  # a launch set-up accelerate handles otherwise (its DeepSpeed plugin): trainwell's own
         logger.info("accelerate's AcceleratorState was not set up (%s: %s); libraries reading it outside the "
                     "Trainer may fail", type(error).__name__, error)

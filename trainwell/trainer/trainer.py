@@ -173,7 +173,8 @@ class Trainer:
             self.init_hf_repo()
         self.control = self.callback_handler.on_init_end(self.args, self.state, self.control)
         model_config = getattr(self.model, "config", None)
-        if model_config is not None:  # as upstream: the model's cache only as args.use_cache says
+        # as upstream: the model's cache only as args.use_cache says (a plain module's dict config is left alone)
+        if model_config is not None and not isinstance(model_config, Mapping):
             model_config.use_cache = args.use_cache
         self._memory_tracker.stop_and_update_metrics()
 

@@ -43,6 +43,10 @@ def extract_loss(outputs: Any, inputs: Mapping[str, Any], label_names: list[str]
     hint = (f"the batch has no {missing} column (batch keys: {keys}); add labels to the dataset items, set "
             f"label_names=[...], or override compute_loss" if missing else
             f"the batch had keys {keys}")
+    if not label_names:  # upstream's rule: a forward without a label parameter gets none, its label column dropped
+        hint += ("; its forward takes no label argument, so label_names is [] and a label column of the dataset is "
+                 "dropped as unused: take it in forward (def forward(self, ..., labels=None)), set label_names, or "
+                 "compute the loss outside the model with compute_loss_func")
     kind = type(outputs).__name__ if not isinstance(outputs, Mapping) else f"a mapping with keys {sorted(outputs)}"
     raise ValueError(
         f"The model did not return a loss (it returned {kind}). A model trained by Trainer must return its loss "
