@@ -43,7 +43,7 @@ LEFT_OUT = {
 }
 
 LIBRARIES = ("trl", "sentence_transformers", "setfit")
-TIMING = re.compile(r"(runtime|per_second|total_flos)$")
+TIMING = re.compile(r"(runtime|per_second|_time|total_flos)$")  # TRL logs step_time
 #: SFTTrainer's running token count starts from 0 in every process and is not in a checkpoint (upstream as here)
 NOT_RESUMED = ("num_tokens",)
 
