@@ -31,7 +31,7 @@ FIELD_DIFFERENCES: dict[str, FieldDifference] = {
     "output_dir": _d("default", "`None`, `\"trainer_output\"` after init", "`\"trainer_output\"`",
                      "the same value after init; the declared default says it"),
     "average_tokens_across_devices": _d("default value", "`True`", "`False`",
-                                        "the seeds' default; True sums `num_items_in_batch` over the ranks, as "
+                                        "older releases' default; True sums `num_items_in_batch` over the ranks, as "
                                         "upstream"),
     "lr_scheduler_kwargs": _d("default value", "`None`", "`{}`", "the same meaning, a dict the code reads directly"),
     "fsdp": _d("default value", "`None`", "`\"\"`, `[]` after init", "the same meaning, an empty option list"),
@@ -39,7 +39,7 @@ FIELD_DIFFERENCES: dict[str, FieldDifference] = {
                       "one place for the FSDP options"),
     "accelerator_config": _d("value", "an `AcceleratorConfig` after init", "`None`",
                              "trainwell does not run on accelerate; the values its loaders have are checked"),
-    "run_name": _d("value", "`None` after init", "`output_dir`", "the seeds' default, read by the trackers"),
+    "run_name": _d("value", "`None` after init", "`output_dir`", "older releases' default, read by the trackers"),
     "generation_config": _d("type", "`str | Path | GenerationConfig | None`", "`dict | str | None`",
                             "trainwell does not import transformers' `GenerationConfig`; a `GenerationConfig`, a "
                             "`Path` and a dict are accepted all the same"),
