@@ -334,9 +334,10 @@ def ensure_accelerator_state(args: Any) -> None:
     (``args.device``): accelerate then adopts the group instead of creating one.
     """
     import importlib.util
+    import sys
 
-    if importlib.util.find_spec("accelerate") is None:
-        return
+    if importlib.util.find_spec("accelerate") is None or "accelerate" not in sys.modules:
+        return  # a library that reads the state (TRL) has imported accelerate; a plain run never loads it
     from accelerate.state import AcceleratorState
 
     if AcceleratorState._shared_state.get("_mixed_precision") is not None:  # already set up by an Accelerator
