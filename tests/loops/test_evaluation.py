@@ -537,7 +537,6 @@ def _gather_worker(rank: int, world_size: int, port: int, queue) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="open regression: a sampler without num_real_batches (this job's DistributedSampler) keeps its padded duplicate row since evaluation stopped cutting rows at len(dataset); upstream drops it by the loader's remainder")
 def test_gather_across_ranks_two_processes_pads_sequence_dim():
     import torch.multiprocessing as mp
 

@@ -13,7 +13,7 @@ import math
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -302,6 +302,7 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         import torch.distributed as dist
 
         batches = _round_robin(dataloader, dist.get_rank(), dist.get_world_size())
+    remainder = _RemainderCut(dataloader) if real_batches is None and _is_dist() else None
     batch_metrics, observed, steps = None, 0, 0
     for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
         steps += 1
@@ -311,6 +312,8 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         real = batch_size if placeholder is None else placeholder  # the rows kept: all of the batch, or none
         observed += real or 0
         parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
+        if remainder is not None:
+            parts = remainder.cut(parts, is_last)
         for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):
             _add_part(accumulators, (part_loss, part_logits, part_label, part_inputs), keep_outputs)
             if batch_metrics_on and part_logits is not None and part_label is not None:
@@ -327,6 +330,51 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         raise ValueError(f"The {description.lower()} dataset yielded no batches; pass a non-empty dataset "
                          "(an IterableDataset must yield at least one example).")
     return accumulators, batch_metrics, observed
+
+
+class _RemainderCut:
+    """Drops the samples a distributed sampler repeated to even out the ranks, for a loader whose sampler does not
+    say which of its batches are real (torch's ``DistributedSampler``, a user's batch sampler).
+
+    As accelerate's ``gather_for_metrics`` does, the rows gathered past ``len(dataset)`` in the last batch are
+    dropped. Such a sampler repeats fewer than ``world_size`` samples; a larger excess means the collator puts
+    several rows per sample (a preference pair), and then nothing is cut (the rows cannot be told apart).
+    """
+
+    def __init__(self, dataloader: Any) -> None:
+        import torch.distributed as dist
+
+        dataset = getattr(dataloader, "dataset", None)
+        sized = hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset)
+        self.limit: int | None = len(cast("Sized", dataset)) if sized else None
+        self.world_size = dist.get_world_size()
+        self.rows = 0
+
+    def cut(self, parts: list[tuple[Any, Any, Any, Any]], is_last: bool) -> list[tuple[Any, Any, Any, Any]]:
+        """The batch's parts (one per rank, in rank order), the last batch's repeated rows dropped."""
+        sizes = [_part_rows(part) for part in parts]
+        if self.limit is None or None in sizes:
+            return parts
+        self.rows += sum(cast("list[int]", sizes))
+        excess = self.rows - self.limit
+        if not is_last or not 0 < excess < self.world_size:
+            return parts
+        kept: list[tuple[Any, Any, Any, Any]] = []
+        budget = sum(cast("list[int]", sizes)) - excess
+        for part, size in zip(parts, cast("list[int]", sizes)):
+            rows = min(size, budget)
+            budget -= rows
+            if rows > 0:
+                loss = part[0][:rows] if part[0] is not None else None
+                kept.append((loss, *keep_rows(part[1:], size, rows)))
+        return kept
+
+
+def _part_rows(part: tuple[Any, Any, Any, Any]) -> int | None:
+    """The rows of one rank's part: its per-sample losses, else its predictions' or labels' leading dimension."""
+    if part[0] is not None and getattr(part[0], "ndim", 0) == 1:
+        return int(part[0].shape[0])
+    return find_batch_size(part[1]) if part[1] is not None else find_batch_size(part[2])
 
 
 def _batch_parts(trainer: EvalLoopTrainer, model: Any, batch: Any, batch_size: int | None, real: int | None,
