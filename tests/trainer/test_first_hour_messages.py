@@ -313,3 +313,41 @@ def test_a_second_ctrl_c_before_the_save_says_it_stops_now_without_saving(tmp_pa
                               "without saving that checkpoint")
     assert not list(tmp_path.glob("checkpoint-*"))
     assert signal.getsignal(signal.SIGINT) is previous
+
+
+def test_an_async_save_at_a_preemption_says_saving_then_saved_once_committed(tmp_path, monkeypatch):
+    import logging
+    import time
+
+    from trainwell.checkpoint.layout import is_complete
+    from trainwell.checkpoint.manager import CheckpointManager
+
+    slow_save = CheckpointManager.save
+
+    def save(self, *args, **kwargs):  # a background write that takes a while, as a big model's does
+        time.sleep(0.5)
+        return slow_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(CheckpointManager, "save", save)
+    seen: list[tuple[str, bool]] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record):
+            message = record.getMessage()
+            if "preempted" in message:
+                seen.append((message, is_complete(tmp_path / "checkpoint-3")))
+
+    handler = Recorder()
+    logging.getLogger("trainwell").addHandler(handler)
+    try:
+        torch.manual_seed(0)
+        trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=50, save_steps=1000,
+                                                               async_save=True),
+                          train_dataset=regression_data(64), callbacks=[_SignalAt(3)])
+        trainer.train()
+    finally:
+        logging.getLogger("trainwell").removeHandler(handler)
+    assert [("saving checkpoint in" in m, "checkpoint saved in" in m) for m, _ in seen] == [(True, False),
+                                                                                          (False, True)]
+    assert [complete for _, complete in seen] == [False, True]  # "saved" only once the marker is written
+    assert str(tmp_path / "checkpoint-3") in seen[1][0] and "resume" in seen[1][0]

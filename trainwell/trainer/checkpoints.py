@@ -580,7 +580,14 @@ class TrainerCheckpoints:
                 folder = call_override(trainer, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 trainer.control = trainer.callback_handler.on_save(self.args, trainer.state, trainer.control)
             where = f"checkpoint saved in {folder}"
-            if self.preemption_hint:
+            if saver is not None and saver.busy:  # announced as committed only once the background write is
+                self.close_progress_bars()
+                logger.warning("Training preempted by %s at step %d: saving checkpoint in %s (in the background; "
+                               "it is not complete until the next line says saved)", name, step, folder)
+                saver.join()
+                where = f"checkpoint saved in {folder}" if not saver.failed else \
+                    f"the background save of {folder} failed (the error follows)"
+            if self.preemption_hint and not (saver is not None and saver.failed):
                 where += f"; {resume_advice(self.output_dir, Path(folder))}"
         self.preempted = True
         self.preempted_by = guard.signal_name
