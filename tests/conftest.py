@@ -26,6 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fast tier by default: without ``--all`` and without a ``-m`` expression, tests marked ``slow`` are
     deselected (a test named on the command line by its node id still runs)."""
+    _build_deepspeed_ops_first(items)
     if config.getoption("--all") or config.option.markexpr:
         return
     named = {arg.split("::", 1)[0] for arg in config.args if "::" in arg}
@@ -35,6 +36,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=slow)
         kept = set(map(id, items)) - set(map(id, slow))
         items[:] = [item for item in items if id(item) in kept]
+
+
+def _build_deepspeed_ops_first(items: list[pytest.Item]) -> None:
+    """Tests marked ``deepspeed`` launch DeepSpeed jobs: the first of them on each worker builds DeepSpeed's CPU op
+    beforehand (fixture ``deepspeed_ops_built``), under the build's own limit rather than the job's."""
+    for item in items:
+        if item.get_closest_marker("deepspeed") is not None and "deepspeed_ops_built" not in item.fixturenames:
+            item.fixturenames.insert(0, "deepspeed_ops_built")  # type: ignore[attr-defined]
+            timeout = item.get_closest_marker("timeout")
+            limit = timeout.args[0] if timeout is not None and timeout.args else 900
+            item.add_marker(pytest.mark.timeout(limit + 1500))
+
+
+@pytest.fixture(scope="session")
+def deepspeed_ops_built() -> None:
+    """DeepSpeed's ``cpu_adam`` op compiled into this session's ``TORCH_EXTENSIONS_DIR`` (see helpers.deepspeed_ops)."""
+    pytest.importorskip("deepspeed")
+    from helpers.deepspeed_ops import build_cpu_adam
+
+    build_cpu_adam()
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

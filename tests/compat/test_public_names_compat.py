@@ -124,6 +124,7 @@ def test_deepspeed_attribute_is_none_without_deepspeed(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.deepspeed
 def test_trainer_deepspeed_is_the_engine_seed_001(tmp_path):
     """Seed 001: ``trainer.deepspeed.save_checkpoint(checkpoint_dir)`` after training with a DeepSpeed config."""
     pytest.importorskip("deepspeed")
@@ -252,6 +253,7 @@ def test_train_with_a_trial_dict_and_model_init(tmp_path):
 
 # ------------------------------------------------------------------------------------------ DeepSpeed ZeRO-3
 @pytest.mark.slow
+@pytest.mark.deepspeed
 def test_zero3_flag_is_live_from_training_arguments_and_partitions_from_pretrained(tmp_path):
     """Seed 001's non-Trainer flow: ``TrainingArguments(deepspeed=zero3)`` (or ``HfDeepSpeedConfig``) before
     ``from_pretrained`` makes both libraries' ``is_deepspeed_zero3_enabled()`` True, and the model is partitioned."""

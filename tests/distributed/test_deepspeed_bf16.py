@@ -16,7 +16,7 @@ from helpers.launch import child_env, run_json, torchrun
 
 pytest.importorskip("deepspeed")
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.deepspeed]
 
 JOB = Path(__file__).with_name("deepspeed_bf16_job.py")
 

@@ -24,7 +24,7 @@ import torch
 from helpers.launch import child_env, free_port, run, start, torchrun, wait
 from helpers.tensors import final_weights
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.deepspeed]
 pytest.importorskip("deepspeed")
 
 HERE = Path(__file__).parent

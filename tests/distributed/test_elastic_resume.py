@@ -20,7 +20,7 @@ import torch
 from helpers.launch import child_env, run, torchrun
 from helpers.tensors import final_weights
 
-pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.deepspeed]
 
 JOB = Path(__file__).with_name("elastic_job.py")
 TIMEOUT_S = 400

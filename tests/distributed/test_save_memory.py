@@ -13,6 +13,8 @@ import pytest
 
 from helpers.launch import child_env, run_json, torchrun
 
+pytestmark = pytest.mark.deepspeed
+
 JOB = Path(__file__).with_name("save_memory_job.py")
 LAYERS, WIDTH = 48, 512
 

@@ -111,10 +111,39 @@ def run_json(cmd: Sequence[str | Path], result: Path, what: str, *, timeout: flo
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the launcher and the ranks it started (one session)
-    except ProcessLookupError:
-        pass
+    """SIGKILL the job and every process it started: its session (the child was started in one of its own) and
+    every descendant, found before the first kill. A process group is not enough: ninja runs each compiler of a
+    DeepSpeed op build in a group of its own, and those outlived a killed build."""
+    for pid in [proc.pid, *_session_and_descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _session_and_descendants(root: int, proc_dir: Path = Path("/proc")) -> list[int]:
+    """The processes of session ``root`` and the descendants of process ``root`` (read from ``/proc``)."""
+    parents: dict[int, int] = {}
+    found = set()
+    for entry in proc_dir.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # ended meanwhile
+            continue
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        if int(fields[3]) == root:
+            found.add(pid)
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in found]
+        found.update(children)
+        frontier.extend(children)
+    found.discard(root)
+    return sorted(found)
 
 
 def _tail(stdout: str | None, stderr: str | None) -> str:
