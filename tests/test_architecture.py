@@ -337,9 +337,10 @@ def test_no_backend_hook_is_found_by_getattr():
 # The Trainer's attributes are assigned in trainer/trainer.py and in the run object's constructor (loops/run.py's
 # TrainingRun, which installs the objects a run replaces: state, model, optimizer...); every other part returns a
 # value, keeps its own state, or calls a Trainer method. ``control`` is upstream's: every callback event returns it
-# and it is assigned where the event is called, as in upstream's loop.
+# and it is assigned where the event is called, as in upstream's loop; so is ``_past`` (the memory of ``past_index``
+# models), which upstream's training and evaluation loops reset and set themselves.
 TRAINER_WRITERS = {"trainer/trainer.py": None, "loops/run.py": "TrainingRun"}  # None: the whole module
-UPSTREAM_WRITES = {"control"}
+UPSTREAM_WRITES = {"control", "_past"}
 
 
 def _is_trainer(node: ast.expr) -> bool:

@@ -153,9 +153,6 @@ class FakeTrainer:
         self._past = None
         self.logged: list[dict] = []
 
-    def _set_past(self, value):
-        self._past = value
-
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         return eval_loop.run_evaluate(self, eval_dataset, ignore_keys, metric_key_prefix)
 
@@ -171,7 +168,7 @@ class FakeTrainer:
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
         return eval_loop.run_evaluation(self, dataloader, description, prediction_loss_only, ignore_keys,
-                                        metric_key_prefix)
+                                        metric_key_prefix, model=self.model)
 
     prediction_loop = evaluation_loop
 
@@ -202,9 +199,6 @@ class FakeTrainer:
 
     def _get_eval_sampler(self, dataset):
         return None
-
-    def _model_for_eval(self):
-        return self.model
 
 
 _OUTPUT_DIR = tempfile.TemporaryDirectory()

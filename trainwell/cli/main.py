@@ -328,6 +328,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     arguments after ``trainwell train``), and returns 130/143 without evaluating or printing the summary.
     """
     from .. import Trainer
+    from ..trainer.run_report import newest_checkpoint_of_run, print_no_resume_hint
     from ..callbacks.logfile import LogFileCallback
     from ..utils.seeding import set_seed
 
@@ -339,7 +340,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer = Trainer(args=args, **components.trainer_kwargs())
     use_plain_progress(trainer)
     trainer.add_callback(LogFileCallback())
-    trainer._tw_checkpoints.preemption_hint = None  # the CLI prints its own resume command (_report_preemption)
+    print_no_resume_hint(trainer)  # the CLI prints its own resume command (_report_preemption)
     resume = _resume_value(args)
     from .finished_run import nothing_left_to_train
 
@@ -359,7 +360,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer.save_state()
     extra = recipe.finish(components, trainer) if recipe.finish else []
     if trainer.is_world_process_zero():
-        print(format_summary(recipe, args, result, eval_metrics, extra, checkpoint=trainer._tw_checkpoints.of_this_run()))
+        print(format_summary(recipe, args, result, eval_metrics, extra, checkpoint=newest_checkpoint_of_run(trainer)))
     return 0
 
 
@@ -418,8 +419,10 @@ def _newest_checkpoint_and_resume(args: Any, argv: Sequence[str]) -> str:
 def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
     """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
     signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
+    from ..trainer.run_report import newest_checkpoint_of_run
+
     command = _resume_command(argv)
-    checkpoint = trainer._tw_checkpoints.of_this_run()
+    checkpoint = newest_checkpoint_of_run(trainer)
     where = f"checkpoint {checkpoint}" if checkpoint else "no checkpoint saved" + (
         " (--save_strategy no)" if trainer.args.save_strategy == "no" else "")
     if trainer.is_world_process_zero():

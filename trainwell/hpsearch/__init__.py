@@ -15,14 +15,11 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Literal, cast
+from typing import Any, Callable, Literal, cast
 
 from ..callbacks import TrainerCallback
 from ..utils.outputs import BestRun
-from .trials import FIXED_AT_INIT, trial_arguments  # noqa: F401  (importable from here too)
-
-if TYPE_CHECKING:
-    from ..trainer.trainer import Trainer
+from .trials import FIXED_AT_INIT, SearchScope, SearchTrainer, trial_arguments  # noqa: F401  (importable from here too)
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -166,7 +163,7 @@ def _objective_value(objective: Any, n_objectives: int) -> float | list[float]:
     return [float(value) for value in objective]
 
 
-def _run_trial(trainer: Trainer, trial: Any, base_args: Any, search: dict[str, Any]) -> float | list[float]:
+def _run_trial(trainer: SearchTrainer, trial: Any, base_args: Any, search: dict[str, Any]) -> float | list[float]:
     """Train and evaluate one trial; returns its objective (raises ``optuna.TrialPruned`` when pruned)."""
     import optuna
 
@@ -227,16 +224,19 @@ def _best_runs(study: Any, n_objectives: int) -> BestRun | list[BestRun]:
 
 
 def run_hyperparameter_search(
-    trainer: Trainer,
+    trainer: SearchTrainer,
     hp_space: Callable[[Any], dict[str, Any]] | None = None,
     compute_objective: Callable[[dict[str, float]], Any] | None = None,
     n_trials: int = 20,
     direction: str | Sequence[str] = "minimize",
     backend: str | HPSearchBackend | None = None,
     hp_name: Callable[[Any], str] | None = None,
+    *,
+    scope: SearchScope,
     **kwargs: Any,
 ) -> BestRun | list[BestRun]:
-    """Run an Optuna study over ``trainer``; see :meth:`trainwell.Trainer.hyperparameter_search`."""
+    """Run an Optuna study over ``trainer``; see :meth:`trainwell.Trainer.hyperparameter_search`. ``scope`` (the
+    Trainer's) puts the Trainer's own arguments, model and state back after the trials."""
     if trainer.model_init is None:
         raise RuntimeError("hyperparameter_search needs a `model_init` function (each trial trains a new model): "
                            "pass Trainer(model_init=lambda: MyModel(), ...) instead of model=")
@@ -249,7 +249,7 @@ def run_hyperparameter_search(
 
         return run_hp_search_ray(trainer, hp_space, compute_objective or default_compute_objective, n_trials,
                                  _directions(direction)[0] if isinstance(direction, (str, Enum)) else direction,
-                                 hp_name, **kwargs)
+                                 hp_name, search_scope=scope, **kwargs)
     directions = _directions(direction)
     study_kwargs, optimize_kwargs = _split_kwargs(kwargs)
     import optuna
@@ -263,7 +263,7 @@ def run_hyperparameter_search(
     else:
         study = optuna.create_study(directions=directions, **study_kwargs)
     base_args = trainer.args
-    with trainer._tw_search_scope():  # the arguments, model, state... are the Trainer's own again afterwards
+    with scope():  # the arguments, model, state... are the Trainer's own again afterwards
         trainer.callback_handler.callbacks = [callback, *trainer.callback_handler.callbacks]
         study.optimize(lambda trial: _run_trial(trainer, trial, base_args, search), n_trials=n_trials,
                        **optimize_kwargs)

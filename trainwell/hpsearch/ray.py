@@ -17,14 +17,11 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from ..callbacks import TrainerCallback
 from ..utils.outputs import BestRun
-from .trials import trial_arguments
-
-if TYPE_CHECKING:
-    from ..trainer.trainer import Trainer
+from .trials import SearchScope, SearchTrainer, trial_arguments
 
 logger = logging.getLogger("trainwell.hpsearch")
 
@@ -95,7 +92,7 @@ class RayReportCallback(TrainerCallback):
             self.pending = None
 
 
-def _trainable(config: dict[str, Any], local_trainer: Trainer | None = None, base_args: Any = None,
+def _trainable(config: dict[str, Any], local_trainer: SearchTrainer | None = None, base_args: Any = None,
                hp_name: Callable[[Any], str] | None = None) -> None:
     """One Ray trial, in a Ray worker: train (resuming from Ray's checkpoint when it restarts the trial), evaluate."""
     from ray import tune
@@ -121,11 +118,12 @@ def _trainable(config: dict[str, Any], local_trainer: Trainer | None = None, bas
     tune.report({**metrics, "objective": float(callback.compute_objective(dict(metrics))), "done": True})
 
 
-def run_hp_search_ray(trainer: Trainer, hp_space: Callable[[Any], dict[str, Any]] | None, compute_objective: Callable,
+def run_hp_search_ray(trainer: SearchTrainer, hp_space: Callable[[Any], dict[str, Any]] | None, compute_objective: Callable,
                       n_trials: int, direction: str | Sequence[str], hp_name: Callable[[Any], str] | None,
-                      **kwargs: Any) -> BestRun:
+                      *, search_scope: SearchScope, **kwargs: Any) -> BestRun:
     """Run the trials with ``ray.tune.run`` (``kwargs`` go to it: ``resources_per_trial``, ``scheduler``,
-    ``search_alg``, ``storage_path``, ``name``, ``resume``...); returns the best trial as a ``BestRun``."""
+    ``search_alg``, ``storage_path``, ``name``, ``resume``...); returns the best trial as a ``BestRun``.
+    ``search_scope`` is the Trainer's (see ``run_hyperparameter_search``)."""
     try:
         from ray import tune
     except ImportError as err:
@@ -147,7 +145,7 @@ def run_hp_search_ray(trainer: Trainer, hp_space: Callable[[Any], dict[str, Any]
     base_args = _absolute_output_dir(base_args)  # Ray runs each trial in its own working directory
     callback = RayReportCallback(compute_objective)
     # model_init makes each trial's model: the Trainer the workers receive has none (then put back, with its callbacks)
-    with trainer._tw_search_scope(without_model=True):
+    with search_scope(without_model=True):
         trainer.callback_handler.callbacks = [callback, *trainer.callback_handler.callbacks]
         trainable = tune.with_parameters(_trainable, local_trainer=trainer, base_args=base_args, hp_name=hp_name)
     analysis = tune.run(trainable, config=space, num_samples=n_trials, **kwargs)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 __all__ = ["FIXED_AT_INIT", "trial_arguments"]
 
@@ -54,3 +56,27 @@ def trial_arguments(args: Any, overrides: Mapping[str, Any], run_dir: str, *,
     values = {key: _coerce(key, fields[key], value) for key, value in overrides.items()}
     values["output_dir"] = run_dir
     return dataclasses.replace(args, **values)
+
+
+class SearchTrainer(Protocol):
+    """What a search uses of the Trainer it runs the trials of (the search never imports the Trainer: the Trainer
+    calls the search and passes itself, with the scope that puts its own arguments, model and state back)."""
+
+    args: Any
+    model_init: Callable[..., Any] | None
+    callback_handler: Any
+    control: Any
+    state: Any
+    _memory_tracker: Any
+
+    def train(self, resume_from_checkpoint: Any = None, trial: Any = None, **kwargs: Any) -> Any: ...
+
+    def evaluate(self, eval_dataset: Any = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]: ...
+
+    def _adopt_arguments(self, args: Any) -> None: ...
+
+
+#: ``scope(without_model=False)``: a block after which the Trainer's arguments, model, state... are its own again.
+SearchScope = Callable[..., AbstractContextManager[None]]
+

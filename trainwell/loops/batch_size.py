@@ -21,7 +21,7 @@ from .run import TrainingRun
 from .train_loop import run_training
 
 if TYPE_CHECKING:
-    from .contract import RunTrainer
+    from .contract import RunParts, RunTrainer
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -70,7 +70,7 @@ def saved_batch_size(folder: Path | None) -> int | None:
     return value if isinstance(value, int) and value > 0 else None
 
 
-def train_finding_batch_size(trainer: RunTrainer, *, resume_from: Path | None, trial: Any,
+def train_finding_batch_size(trainer: RunTrainer, *, parts: RunParts, resume_from: Path | None, trial: Any,
                              ignore_keys_for_eval: list[str] | None) -> TrainingRun:
     """:func:`run_training` of a new :class:`TrainingRun`, retried with a smaller batch after each out-of-memory
     error; returns the run that trained to its end.
@@ -87,7 +87,7 @@ def train_finding_batch_size(trainer: RunTrainer, *, resume_from: Path | None, t
     while True:
         run: TrainingRun | None = None
         try:
-            run = TrainingRun(trainer, resume_from=resume_from, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
+            run = TrainingRun(trainer, parts=parts, resume_from=resume_from, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval,
                               batch_size=batch_size, optimizers=optimizers)
             return run_training(run)
         except Exception as error:

@@ -7,14 +7,17 @@ what they read, write and call on it, so the contract is written down once inste
 uses it. :class:`trainwell.Trainer` satisfies them structurally (``tests/loops/test_contract.py`` checks every member
 on a constructed Trainer). A member a loop starts to use is added here; a member the Trainer renames fails that test.
 
-Members with a leading underscore are trainwell's internal hooks between the Trainer and its loops (not user API);
-the others are upstream's public attributes and overridable methods, called through the trainer so that a
-subclass's override is honoured.
+The Protocols hold only upstream's names: its public attributes and overridable methods, called through the trainer
+so that a subclass's override is honoured, and the private members upstream's own loops use (``_past``,
+``_memory_tracker``, ``_prepare_inputs``...). What trainwell's Trainer keeps for itself (its checkpoint part, the
+per-run helpers of the step) is handed to the run by ``Trainer.train()`` as :class:`RunParts`, never read by the
+loops from the Trainer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -31,10 +34,8 @@ if TYPE_CHECKING:
     from ..utils.outputs import EvalLoopOutput
     from .look_ahead import BatchLookAhead
     from .loop_state import Resumed, TrainPlan
-    from .loss_scaling import WindowScaler
-    from .run import TrainingRun
 
-__all__ = ["EvalLoopTrainer", "LoopTrainer", "RunCheckpoints", "RunTrainer", "TrainLoopTrainer"]
+__all__ = ["EvalLoopTrainer", "LoopTrainer", "RunCheckpoints", "RunParts", "RunTrainer", "TrainLoopTrainer"]
 
 
 @runtime_checkable
@@ -48,8 +49,7 @@ class _TrainerCore(Protocol):
     model: nn.Module
     backend: Backend
     optimizer: torch.optim.Optimizer | None
-
-    def _set_past(self, value: Any) -> None: ...  # the memory of ``past_index`` models (upstream's ``_past``)
+    _past: Any  # the memory of ``past_index`` models, reset by the loops and fed back as ``mems``
 
 
 class RunCheckpoints(Protocol):
@@ -69,6 +69,29 @@ class RunCheckpoints(Protocol):
         """Wait for an ``async_save`` in flight to be committed."""
 
 
+@dataclass(frozen=True)
+class RunParts:
+    """What ``Trainer.train()`` hands a run from the Trainer's own parts (none of them upstream API), so that the
+    loops never read them from the Trainer.
+
+    ``checkpoints``: the resume, the preemption check and the background save. ``flops_counter()``: the FLOPs rule
+    of this run's model (or an override of ``floating_point_ops``). ``count_input_tokens(inputs, non_padding=)``:
+    one micro-batch's tokens. ``scheduler_needs_metrics()``: whether the schedule steps on evaluation metrics
+    rather than per step. ``compute_loss_takes_num_items()``: whether ``compute_loss`` (maybe an override of the
+    older signature) takes ``num_items_in_batch``. ``adopt_input_dtype()``: called once the backend built its
+    engine (the batch mover then knows the input dtype). ``register(run)``: the Trainer keeps the running run
+    (its ``_save_checkpoint`` and the loop's attributes read it).
+    """
+
+    checkpoints: RunCheckpoints
+    flops_counter: Callable[[], Callable[[Any], int]]
+    count_input_tokens: Callable[..., int]
+    scheduler_needs_metrics: Callable[[], bool]
+    compute_loss_takes_num_items: Callable[[], bool]
+    adopt_input_dtype: Callable[[], None]
+    register: Callable[[Any], None]
+
+
 @runtime_checkable
 class TrainLoopTrainer(_TrainerCore, Protocol):
     """What :func:`~trainwell.loops.train_loop.run_training` and its :class:`~trainwell.loops.step.StepRunner` use."""
@@ -79,14 +102,6 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor: ...
 
     def floating_point_ops(self, inputs: dict[str, Any]) -> int: ...
-
-    def _flops_counter(self) -> Callable[[Any], int]: ...
-
-    def _count_input_tokens(self, inputs: Mapping[str, Any], *, non_padding: bool = False) -> int: ...
-
-    def _window_scaler(self, first_batch: Any) -> WindowScaler: ...
-
-    def _scheduler_needs_metrics(self) -> bool: ...
 
     def _evaluate(self, trial: Any, ignore_keys_for_eval: list[str] | None,
                   skip_scheduler: bool = False) -> dict[str, float]: ...
@@ -107,13 +122,9 @@ class RunTrainer(TrainLoopTrainer, Protocol):
     label_names: list[str]
     compute_loss_func: Callable[..., torch.Tensor] | None
     label_smoother: Any
+    model_accepts_loss_kwargs: bool
     _train_batch_size: int
     _memory_tracker: TrainerMemoryTracker
-    _tw_run: TrainingRun | None
-
-    @property
-    def _tw_checkpoints(self) -> RunCheckpoints:  # read only: the Trainer holds its own TrainerCheckpoints
-        """The Trainer's checkpoint part (:mod:`trainwell.trainer.checkpoints`)."""
 
     def get_train_dataloader(self) -> DataLoader: ...
 
@@ -134,10 +145,6 @@ class RunTrainer(TrainLoopTrainer, Protocol):
     def _finish_current_push(self) -> None: ...
 
     def _prepare_inputs(self, inputs: Any) -> Any: ...
-
-    def _compute_loss_takes_num_items(self) -> bool: ...
-
-    def _adopt_input_dtype(self) -> None: ...
 
     def _get_learning_rate(self) -> float: ...
 
@@ -180,8 +187,6 @@ class EvalLoopTrainer(_TrainerCore, Protocol):
                         is_training: bool = False, dataloader_key: str | None = None) -> DataLoader: ...
 
     def _get_eval_sampler(self, dataset: Any) -> Any: ...
-
-    def _model_for_eval(self) -> nn.Module: ...
 
 
 @runtime_checkable

@@ -240,16 +240,16 @@ def _loop_method(trainer: EvalLoopTrainer) -> Any:
 
 def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
                    prediction_loss_only: bool | None = None, ignore_keys: list[str] | None = None,
-                   metric_key_prefix: str = "eval") -> EvalLoopOutput:
+                   metric_key_prefix: str = "eval", *, model: Any) -> EvalLoopOutput:
     """The loop shared by ``evaluate`` and ``predict`` (``Trainer.evaluation_loop``); with or without labels.
 
     Returns numpy predictions / label ids (nested like the model's outputs), prefixed metrics and the
     number of samples (``len(dataset)``, or the count seen while iterating a dataset without ``__len__``).
+    ``model`` is what to run inference with (the Trainer's model, placed and cast for evaluation).
     """
     args = trainer.args
     if prediction_loss_only is None:
         prediction_loss_only = args.prediction_loss_only
-    model = trainer._model_for_eval()
     model.eval()
     # a schedule-free optimizer evaluates its averaged weights (optimizer.eval(), as upstream), then goes back
     optimizer_in_train_mode = _schedule_free_mode(trainer.optimizer)
@@ -257,13 +257,13 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
         cast("_ScheduleFree", trainer.optimizer).eval()
     trainer.callback_handler.eval_dataloader = dataloader
     if args.past_index >= 0:
-        trainer._set_past(None)
+        trainer._past = None
     try:
         accumulators, batch_metrics, observed = _eval_batches(
             trainer, model, dataloader, description, prediction_loss_only, ignore_keys)
     finally:
         if args.past_index >= 0:
-            trainer._set_past(None)  # not carried into training (upstream deletes it; None keeps the attribute)
+            trainer._past = None  # not carried into training (upstream deletes it; None keeps the attribute)
         if optimizer_in_train_mode:
             cast("_ScheduleFree", trainer.optimizer).train()
     num_samples = _num_eval_samples(trainer, dataloader, observed)
@@ -520,7 +520,7 @@ def prediction_step(trainer: EvalLoopTrainer, model: Any, inputs: dict[str, Any]
         else:
             loss, outputs = None, model(**inputs)
             if trainer.args.past_index >= 0:
-                trainer._set_past(_past_from(outputs, trainer.args.past_index - 1))
+                trainer._past = _past_from(outputs, trainer.args.past_index - 1)
     if prediction_loss_only:
         return loss, None, None
     logits = nested_detach(_split_logits(outputs, ignore_keys, has_loss=loss is not None))

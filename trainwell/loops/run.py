@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.data import DataLoader
 
-    from .contract import RunTrainer
+    from .contract import RunParts, RunTrainer
     from .loss_scaling import WindowScaler
 
 __all__ = ["TrainingRun", "finish", "log_save_evaluate", "log_training_window", "logged_learning_rate", "window_scaler"]
@@ -53,18 +53,20 @@ class TrainingRun:
     """What one ``train()`` call trains with, built once: the plan, the data, the model and its wrapper, the
     optimizer and schedule, the backend, the callbacks, the loop's state and the preemption check.
 
+    ``parts`` are the Trainer's own parts the run uses (:class:`~trainwell.loops.contract.RunParts`).
     ``batch_size`` and ``optimizers`` are given by ``auto_find_batch_size``'s retry (the smaller batch, and the
     optimizer and schedule passed to the Trainer, so that the failed attempt's are rebuilt); otherwise the Trainer's
     current ones are used.
     """
 
-    def __init__(self, trainer: RunTrainer, *, resume_from: Path | None = None, trial: Any = None,
+    def __init__(self, trainer: RunTrainer, *, parts: RunParts, resume_from: Path | None = None, trial: Any = None,
                  ignore_keys_for_eval: list[str] | None = None, batch_size: int | None = None,
                  optimizers: tuple[torch.optim.Optimizer | None, Any] | None = None) -> None:
         args = trainer.args
         self.trainer, self.args, self.trial, self.ignore_keys_for_eval = trainer, args, trial, ignore_keys_for_eval
         self.backend, self.callbacks = trainer.backend, trainer.callback_handler
-        self.checkpoints = trainer._tw_checkpoints  # the resume, the preemption check, the background save
+        self.parts = parts
+        self.checkpoints = parts.checkpoints  # the resume, the preemption check, the background save
         self.resumed_from, self.warned_non_finite = resume_from, False
         self.start_time = 0.0  # set by the loop when the first event is sent
         if batch_size is not None:
@@ -109,7 +111,7 @@ class TrainingRun:
         self.loop.steps_at_start = trainer.state.global_step  # the speed counts the steps this call runs
         position.batches_per_epoch, position.train_batch_size = self.plan.micro_batches_per_epoch, batch_size
         self.callbacks.train_dataloader = self.dataloader
-        trainer._tw_run = self
+        parts.register(self)
 
     @property
     def state(self) -> TrainerState:
@@ -142,7 +144,7 @@ class TrainingRun:
             backend.num_training_steps = self.plan.max_steps  # read by backends that build their own schedule
             backend.setup_optimization(optimizer, trainer.lr_scheduler)
             trainer.optimizer, trainer.lr_scheduler = backend.optimizer, backend.lr_scheduler  # ZeRO rebuilds them
-            trainer._adopt_input_dtype()
+            self.parts.adopt_input_dtype()
             # set by setup_optimization too: DeepSpeed's engine only exists from there
             wrapped = _set_by(backend.wrapped, f"{type(backend).__name__}.setup_optimization", "the wrapped model")
             if args.torch_compile:
@@ -198,6 +200,15 @@ class TrainingRun:
         backend.setup_optimization(optimizer, trainer.lr_scheduler)
         trainer.optimizer, trainer.lr_scheduler = backend.optimizer, backend.lr_scheduler
         self.callbacks.optimizer, self.callbacks.lr_scheduler = trainer.optimizer, trainer.lr_scheduler
+
+    def window_scaler(self, first_batch: Any) -> WindowScaler:
+        """How this run's accumulation windows are normalised (see :func:`window_scaler`); the model then takes
+        ``num_items_in_batch`` exactly when its loss sums over the window's items (``model_accepts_loss_kwargs``,
+        upstream's attribute, unless a ``compute_loss_func`` decides)."""
+        scaler = window_scaler(self, first_batch)
+        if self.trainer.compute_loss_func is None:
+            self.trainer.model_accepts_loss_kwargs = scaler.rule.takes_num_items
+        return scaler
 
     def close(self) -> None:
         """Take off what the run attached to the model and callbacks (after an error too; idempotent)."""
@@ -328,7 +339,7 @@ def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
         shifted = is_causal_lm(trainer.model)
         rule = LossRule(False, "shifted" if shifted else "labels",
                         "label smoothing, causal LM" if shifted else "label smoothing")
-    elif not trainer._compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
+    elif not run.parts.compute_loss_takes_num_items():  # an override of the older signature: not probed (it may
         rule = LossRule(False, "rows", "compute_loss without num_items_in_batch")  # have side effects)
     elif args.gradient_accumulation_steps == 1 and not across:  # each step is one batch: the model's own mean
         # still counted for num_items_in_batch where upstream counts (a forward taking loss kwargs): its items

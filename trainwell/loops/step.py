@@ -14,6 +14,7 @@ optimizer's step through, and an event nobody listens to is skipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -53,18 +54,21 @@ class StepRunner:
 
     ``trainer`` is read for its overridable methods and its callback handler (whose events are looked up per step:
     a callback may add callbacks); ``loop`` receives the losses, tokens, the rate each step used and the skipped
-    steps; ``model`` is what the forward passes call (the backend's wrapped model); ``scaler`` normalises each
+    steps; ``model`` is what the forward passes call (the backend's wrapped model); ``floating_point_ops`` and
+    ``count_input_tokens`` count each micro-batch's FLOPs and tokens (the run's parts); ``scaler`` normalises each
     accumulation window (decided from the run's first batch).
     """
 
     def __init__(self, trainer: TrainLoopTrainer, loop: LoopState, model: nn.Module, scaler: WindowScaler,
-                 *, scheduler_per_step: bool) -> None:
+                 *, scheduler_per_step: bool, floating_point_ops: Callable[[Any], int],
+                 count_input_tokens: Callable[..., int]) -> None:
         args, backend = trainer.args, trainer.backend
         self.trainer, self.loop, self.model, self.scaler = trainer, loop, model, scaler
         self.args, self.state, self.callbacks = args, trainer.state, trainer.callback_handler
         self.training_step = trainer.training_step
         self.step_takes_num_items = training_step_takes_num_items(trainer)
-        self.floating_point_ops = trainer._flops_counter()
+        self.floating_point_ops = floating_point_ops
+        self.count_input_tokens = count_input_tokens
         self.tokens_seen = tokens_seen_mode(args.include_num_input_tokens_seen)  # "all", "non_padding" or "no"
         self.count_tokens = self.tokens_seen != "no" or bool(args.include_tokens_per_second)
         self.no_sync = backend.no_sync
@@ -110,12 +114,12 @@ class StepRunner:
         """Forward and backward of one micro-batch through ``training_step``, then its loss, tokens and FLOPs."""
         trainer, loop = self.trainer, self.loop
         if self.count_tokens:
-            tokens = trainer._count_input_tokens(inputs)
+            tokens = self.count_input_tokens(inputs)
             loop.tokens_trained += tokens
             if self.tokens_seen == "all":
                 self.state.num_input_tokens_seen += tokens
             elif self.tokens_seen == "non_padding":
-                self.state.num_input_tokens_seen += trainer._count_input_tokens(inputs, non_padding=True)
+                self.state.num_input_tokens_seen += self.count_input_tokens(inputs, non_padding=True)
         loop.accumulation_divisor = divisor  # the Trainer's current_gradient_accumulation_steps
         if self.step_takes_num_items:
             step_loss = self.training_step(self.model, inputs, num_items)

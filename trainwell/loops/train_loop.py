@@ -110,13 +110,15 @@ def run_training(run: TrainingRun) -> TrainingRun:
         skip = 0
         model.train()
         if args.past_index >= 0:
-            trainer._set_past(None)  # the memory of past_index models does not run across epochs (as upstream)
+            trainer._past = None  # the memory of past_index models does not run across epochs (as upstream)
         trainer.control = cb.on_epoch_begin(args, state, trainer.control)
         groups = _accumulation_groups(iterator, args.gradient_accumulation_steps)
         first = next(groups, None)
         if first is not None:  # (none: an epoch without batches left, e.g. a run resumed at its end)
-            runner = runner or StepRunner(trainer, loop, model, trainer._window_scaler(first[0]),
-                                          scheduler_per_step=not trainer._scheduler_needs_metrics())
+            runner = runner or StepRunner(trainer, loop, model, run.window_scaler(first[0]),
+                                          scheduler_per_step=not run.parts.scheduler_needs_metrics(),
+                                          floating_point_ops=run.parts.flops_counter(),
+                                          count_input_tokens=run.parts.count_input_tokens)
             for group in itertools.chain((first,), groups):
                 trainer.control = cb.on_step_begin(args, state, trainer.control)
                 grad_norm = runner.step(group)

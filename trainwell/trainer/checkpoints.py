@@ -27,6 +27,7 @@ from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity
+from .preemption_report import close_progress_bars, wait_for_preemption_save
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ..args.fields import TrainingArguments
@@ -429,7 +430,7 @@ class TrainerCheckpoints:
             guard = self.preemption
             if guard is None or not guard.requested:
                 raise
-            self.close_progress_bars()
+            close_progress_bars(self._trainer.callback_handler)
             newest = list_complete_checkpoints(self.output_dir)
             raise KeyboardInterrupt(
                 f"second {guard.signal_name or 'interrupt'} during the save of step {self._trainer.state.global_step}:"
@@ -579,29 +580,18 @@ class TrainerCheckpoints:
             if self.last is None or Path(self.last) != folder:
                 folder = call_override(trainer, "_save_checkpoint", model, trial, tr_loss=tr_loss) or folder
                 trainer.control = trainer.callback_handler.on_save(self.args, trainer.state, trainer.control)
-            where = f"checkpoint saved in {folder}"
-            if saver is not None and saver.busy:  # announced as committed only once the background write is
-                self.close_progress_bars()
-                logger.warning("Training preempted by %s at step %d: saving checkpoint in %s (in the background; "
-                               "it is not complete until the next line says saved)", name, step, folder)
-                saver.join()
-                where = f"checkpoint saved in {folder}" if not saver.failed else \
-                    f"the background save of {folder} failed (the error follows)"
-            if self.preemption_hint and not (saver is not None and saver.failed):
+            failed = saver is not None and saver.busy and not wait_for_preemption_save(
+                saver, trainer.callback_handler, f"Training preempted by {name} at step {step}", folder)
+            where = f"the background save of {folder} failed (the error follows)" if failed else \
+                f"checkpoint saved in {folder}"
+            if self.preemption_hint and not failed:
                 where += f"; {resume_advice(self.output_dir, Path(folder))}"
         self.preempted = True
         self.preempted_by = guard.signal_name
         trainer.control.should_training_stop = True
-        self.close_progress_bars()
+        close_progress_bars(self._trainer.callback_handler)
         logger.warning("Training preempted by %s at step %d: %s", name, step, where)
         return True
 
-    def close_progress_bars(self) -> None:
-        """End the progress bar's line before a message: a bar still drawn would have the message glued to it."""
-        for callback in self._trainer.callback_handler.callbacks:
-            bar = getattr(callback, "training_bar", None)
-            if bar is not None:
-                bar.close()
-                callback.training_bar = None
 
 __all__ = ["CheckpointHost", "PREEMPTION_SYNC_STEPS", "TrainerCheckpoints"]

@@ -41,7 +41,7 @@ from .output_dir import require_output_dir
 from .run_fields import RunField
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
-    from ..loops.loss_scaling import WindowScaler
+    from ..loops.contract import RunParts
     from ..loops.run import TrainingRun
     from .accelerator import TrainerAccelerator
     from .hub import TrainerHub
@@ -440,21 +440,19 @@ class Trainer:
     def _needs_num_items_in_batch(self) -> bool:
         return self.model_accepts_loss_kwargs or self.compute_loss_func is not None
 
-    def _window_scaler(self, first_batch: Any) -> WindowScaler:
-        """How this run's accumulation windows are normalised (see :func:`trainwell.loops.run.window_scaler`); the
-        model then takes ``num_items_in_batch`` exactly when its loss sums over the window's items."""
-        from ..loops.run import window_scaler
+    def _tw_run_parts(self) -> RunParts:
+        """The Trainer's own parts a training run uses, handed to it by :meth:`train` (the loops read no Trainer
+        internals)."""
+        from ..loops.contract import RunParts
 
-        if self._tw_run is None:
-            raise RuntimeError("_window_scaler is called by a train() run: trainer._tw_run is not set")
-        scaler = window_scaler(self._tw_run, first_batch)
-        if self.compute_loss_func is None:
-            self.model_accepts_loss_kwargs = scaler.rule.takes_num_items
-        return scaler
+        return RunParts(checkpoints=self._tw_checkpoints, flops_counter=self._flops_counter,
+                        count_input_tokens=self._count_input_tokens,
+                        scheduler_needs_metrics=self._scheduler_needs_metrics,
+                        compute_loss_takes_num_items=self._compute_loss_takes_num_items,
+                        adopt_input_dtype=self._adopt_input_dtype, register=self._tw_register_run)
 
-    def _set_past(self, value: Any) -> None:
-        """The memory of ``past_index`` models (upstream's ``_past``): reset by the loops, fed back as ``mems``."""
-        self._past = value
+    def _tw_register_run(self, run: TrainingRun) -> None:
+        self._tw_run = run
 
     def _count_input_tokens(self, inputs: Mapping[str, Any], *, non_padding: bool = False) -> int:
         """Tokens of one micro-batch for ``include_num_input_tokens_seen`` (elements of the main input); with
@@ -542,11 +540,11 @@ class Trainer:
                 if self.args.auto_find_batch_size:
                     from ..loops.batch_size import train_finding_batch_size
 
-                    run = train_finding_batch_size(self, resume_from=resume_from, trial=trial,
-                                                   ignore_keys_for_eval=ignore_keys_for_eval)
+                    run = train_finding_batch_size(self, parts=self._tw_run_parts(), resume_from=resume_from,
+                                                   trial=trial, ignore_keys_for_eval=ignore_keys_for_eval)
                 else:
-                    run = run_training(TrainingRun(self, resume_from=resume_from, trial=trial,
-                                                   ignore_keys_for_eval=ignore_keys_for_eval))
+                    run = run_training(TrainingRun(self, parts=self._tw_run_parts(), resume_from=resume_from,
+                                                   trial=trial, ignore_keys_for_eval=ignore_keys_for_eval))
                 self.is_in_train = False
                 return finish(run)
         except IndexError as err:
@@ -681,7 +679,8 @@ class Trainer:
         number of samples (``len(dataset)``, or the count seen while iterating a dataset without ``__len__``).
         """
         return eval_loop.run_evaluation(self, dataloader, description, prediction_loss_only=prediction_loss_only,
-                                        ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
+                                        ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix,
+                                        model=self._model_for_eval())
 
     def prediction_loop(self, dataloader: Any, description: str, prediction_loss_only: bool | None = None,
                         ignore_keys: list[str] | None = None, metric_key_prefix: str = "eval") -> EvalLoopOutput:
@@ -716,7 +715,7 @@ class Trainer:
 
         return run_hyperparameter_search(self, hp_space=hp_space, compute_objective=compute_objective,
                                          n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
-                                         **kwargs)
+                                         scope=self._tw_search_scope, **kwargs)
 
     # ------------------------------------------------------------------- checkpoints (trainer.checkpoints part)
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
