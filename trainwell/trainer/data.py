@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 
@@ -21,17 +21,34 @@ from ..utils.overrides import call_override
 from ..utils.preflight import check_dataset
 from ..utils.seeding import seed_worker
 
-if TYPE_CHECKING:  # trainer.py imports this module: the Trainer is named for the type checker only
-    from .trainer import Trainer
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ..args.fields import TrainingArguments
 
 logger = logging.getLogger("trainwell.trainer.trainer")
+
+
+class DataTrainer(Protocol):
+    """What the DataLoaders use of the Trainer (trainer.py imports this module, so the Trainer is not named here)."""
+
+    args: TrainingArguments
+    model: nn.Module
+    data_collator: Any
+    _signature_columns: list[str] | None
+
+    def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any: ...
+
+    def _get_collator_with_removed_columns(self, data_collator: Any, description: str | None = None) -> Any: ...
+
+    def _set_signature_columns_if_needed(self) -> None: ...
 
 
 #: upstream's loader descriptions -> the dataset's name in trainwell's messages
 _DATASET_NAMES = {"Training": "train", "Evaluation": "eval_dataset", "test": "test_dataset"}
 
 
-def trainer_dataloader(trainer: Trainer, dataset: Any, description: str, batch_size: int,
+def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, batch_size: int,
                        sampler_fn: Callable[[Any], Any] | None = None, is_training: bool = False,
                        dataloader_key: str | None = None) -> Any:
     """``Trainer._get_dataloader`` (upstream's signature): a DataLoader over ``dataset`` with column removal, the
@@ -76,7 +93,7 @@ def trainer_dataloader(trainer: Trainer, dataset: Any, description: str, batch_s
         in_order=getattr(args, "dataloader_in_order", True))
 
 
-def _sample(trainer: Trainer, sampler_fn: Callable[[Any], Any], dataset: Any) -> Any:
+def _sample(trainer: DataTrainer, sampler_fn: Callable[[Any], Any], dataset: Any) -> Any:
     """``sampler_fn(dataset)``; the Trainer's own ``_get_train_sampler`` through :func:`call_override`, since an
     override written for older releases takes no dataset and reads ``self.train_dataset``."""
     if getattr(sampler_fn, "__self__", None) is trainer and getattr(sampler_fn, "__name__", "") == "_get_train_sampler":
@@ -84,7 +101,7 @@ def _sample(trainer: Trainer, sampler_fn: Callable[[Any], Any], dataset: Any) ->
     return sampler_fn(dataset)
 
 
-def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | None = None) -> Any:
+def remove_unused_columns(trainer: DataTrainer, dataset: Any, description: str | None = None) -> Any:
     """The default ``_remove_unused_columns``: ``dataset`` without the columns outside
     ``trainer._signature_columns`` (unchanged without ``remove_unused_columns``)."""
     if not trainer.args.remove_unused_columns:
@@ -94,7 +111,7 @@ def remove_unused_columns(trainer: Trainer, dataset: Any, description: str | Non
                                               model_name=type(unwrap_model(trainer.model)).__name__, logger=logger)
 
 
-def collator_with_removed_columns(trainer: Trainer, collator: Any, description: str | None = None) -> Any:
+def collator_with_removed_columns(trainer: DataTrainer, collator: Any, description: str | None = None) -> Any:
     """The default ``_get_collator_with_removed_columns``: ``collator`` behind a :class:`RemoveColumnsCollator` of
     ``trainer._signature_columns`` (``collator`` itself without ``remove_unused_columns``)."""
     if not trainer.args.remove_unused_columns:

@@ -4,7 +4,7 @@ sharded by a ZeRO-3 engine, or wrapped in ``nn.DataParallel`` for several GPUs i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch import nn
@@ -12,10 +12,26 @@ from torch import nn
 from .init_checks import is_bitsandbytes_quantized
 
 if TYPE_CHECKING:
-    from .trainer import Trainer
+    from ..args.fields import TrainingArguments
+    from ..backends.base import Backend
 
 
-def model_for_eval(trainer: Trainer) -> nn.Module:
+class EvalModelTrainer(Protocol):
+    """What choosing the evaluation model reads of the Trainer (trainer.py imports this module, so the Trainer is not
+    named here)."""
+
+    args: TrainingArguments
+    model: nn.Module
+    backend: Backend
+    is_in_train: bool
+    is_model_parallel: bool
+    place_model_on_device: bool
+    _tw_n_gpu: int
+
+    def _adopt_input_dtype(self) -> None: ...
+
+
+def model_for_eval(trainer: EvalModelTrainer) -> nn.Module:
     """The model to run inference with: on the device, cast for ``fp16/bf16_full_eval`` outside training."""
     model = trainer.model
     if not trainer.is_in_train and trainer.backend.caps.sharded_state:
