@@ -17,7 +17,7 @@ LAYERS: dict[str, int] = {
     # the bottom: small helpers that import nothing else of trainwell
     "utils": 0,
     # foundations: state, data, optimisers, the process, pure-data configs
-    "callbacks.state": 1, "data": 1, "optim": 1, "cli.arguments": 1,
+    "data": 1, "optim": 1, "cli.arguments": 1,
     "runtime.distributed": 1, "runtime.precision": 1, "runtime.memory": 1, "runtime.extension_builds": 1,
     # the DeepSpeed config is pure data, read by TrainingArguments
     "backends.deepspeed.config": 1,

@@ -20,10 +20,10 @@ _EXPORTS: dict[str, str] = {
     "ArgParser": "args.parser",
     "HfArgumentParser": "args.parser",
     # state and callbacks
-    "TrainerState": "callbacks.state",
-    "TrainerControl": "callbacks.state",
+    "TrainerState": "utils.trainer_state",
+    "TrainerControl": "utils.trainer_state",
     "CallbackHandler": "callbacks.events",
-    "ExportableState": "callbacks.state",
+    "ExportableState": "utils.trainer_state",
     "TrainerCallback": "callbacks",
     "DefaultFlowCallback": "callbacks",
     "ProgressCallback": "callbacks",

@@ -152,7 +152,7 @@ class _FakeTrackio(types.ModuleType):
 @pytest.mark.parametrize("static", [None, "me/static", False])
 def test_trackio_gets_the_project_space_bucket_and_static_space(tmp_path, monkeypatch, static):
     from trainwell.callbacks.integrations.trackio import TrackioCallback
-    from trainwell.callbacks.state import TrainerControl, TrainerState
+    from trainwell.utils.trainer_state import TrainerControl, TrainerState
 
     fake = _FakeTrackio()
     monkeypatch.setitem(sys.modules, "trackio", fake)

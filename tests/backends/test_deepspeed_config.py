@@ -168,7 +168,8 @@ def test_live_config_is_weak_and_answers_zero3():
 
 
 def test_memory_table_matches_the_guide_and_deepspeed(capsys):
-    from trainwell.backends.deepspeed import cmd_estimate_memory, estimate_zero_memory
+    from trainwell.backends.deepspeed import estimate_zero_memory
+    from trainwell.cli.commands.deepspeed_tools import cmd_estimate_memory
 
     ours = estimate_zero_memory(2_783_000_000, 1, 1, largest_layer_params=65_000_000, use_deepspeed=False)
     gib = 2 ** 30

@@ -21,7 +21,7 @@ from trainwell.callbacks import (
 )
 from trainwell.callbacks.integrations import rewrite_logs
 from trainwell.callbacks.events import EVENTS, CallbackHandler
-from trainwell.callbacks.state import TrainerControl, TrainerState
+from trainwell.utils.trainer_state import TrainerControl, TrainerState
 from trainwell.trainer_utils import IntervalStrategy, SaveStrategy
 
 COMMON_KWARGS = {

@@ -1,4 +1,4 @@
-"""Tests for trainwell.callbacks.state: TrainerState json round-trip, compute_steps, TrainerControl flags."""
+"""Tests for trainwell.utils.trainer_state: TrainerState json round-trip, compute_steps, TrainerControl flags."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainwell.callbacks.state import ExportableState, TrainerControl, TrainerState
+from trainwell.utils.trainer_state import ExportableState, TrainerControl, TrainerState
 
 
 def test_json_round_trip_keeps_history_and_best(tmp_path):

@@ -19,7 +19,7 @@ from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint import layout
 from trainwell.checkpoint.manager import CheckpointContents, CheckpointManager
 from trainwell.checkpoint.safe_pickle import UnsafeCheckpointError, check_pickle_file
-from trainwell.backends.deepspeed import cmd_zero_to_fp32
+from trainwell.cli.commands.deepspeed_tools import cmd_zero_to_fp32
 
 
 class Payload:

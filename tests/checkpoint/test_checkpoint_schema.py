@@ -11,7 +11,7 @@ import torch
 from trainwell import Trainer, TrainingArguments
 from trainwell.checkpoint.digest import hash_file
 from trainwell.checkpoint.layout import COMPLETE_MARKER, CheckpointError, read_marker
-from trainwell.callbacks.state import TrainerState, trainer_state_problems
+from trainwell.utils.trainer_state import TrainerState, trainer_state_problems
 
 from helpers import RegressionModel, regression_data
 

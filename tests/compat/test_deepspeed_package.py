@@ -43,15 +43,15 @@ def test_former_module_names_still_import():
     """What docs and user scripts import (names the upstream integration also has)."""
     from trainwell import HfDeepSpeedConfig, is_deepspeed_zero3_enabled
     from trainwell.backends.deepspeed import (DeepSpeedBackend, DeepSpeedConfig, check_deepspeed_files,
-                                              cmd_estimate_memory, cmd_zero_to_fp32, resolve_deepspeed_config,
-                                              zero_to_fp32)
+                                              resolve_deepspeed_config, zero_to_fp32)
+    from trainwell.cli.commands.deepspeed_tools import cmd_estimate_memory, cmd_zero_to_fp32
 
     assert HfDeepSpeedConfig is DeepSpeedConfig
     assert callable(is_deepspeed_zero3_enabled) and callable(resolve_deepspeed_config)
     assert DeepSpeedBackend.__module__ == "trainwell.backends.deepspeed.backend"
     assert check_deepspeed_files.__module__ == "trainwell.backends.deepspeed.backend"
-    assert zero_to_fp32.__module__ == cmd_zero_to_fp32.__module__ == "trainwell.backends.deepspeed.weights"
-    assert cmd_estimate_memory.__module__ == "trainwell.backends.deepspeed.memory_estimates"
+    assert zero_to_fp32.__module__ == "trainwell.backends.deepspeed.weights"
+    assert cmd_zero_to_fp32.__module__ == cmd_estimate_memory.__module__ == "trainwell.cli.commands.deepspeed_tools"
 
 
 def test_unknown_name_is_an_attribute_error():

@@ -195,7 +195,7 @@ def test_report_to_all_trains_with_every_installed_tracker(tmp_path):
                                   if n not in ("kubeflow", "azure_ml", "dagshub", "flyte") and _installed(n)])
 def test_only_the_main_process_reports(tmp_path, tiny, monkeypatch, name):
     """A replica (not world process zero, not local process zero) creates no run and writes nothing."""
-    from trainwell.callbacks.state import TrainerControl, TrainerState
+    from trainwell.utils.trainer_state import TrainerControl, TrainerState
 
     for variable, value in OFFLINE_ENV.items():
         monkeypatch.setenv(variable, value)

@@ -73,7 +73,8 @@ def test_resume_continues_the_same_curve(results, name):
 
 
 def test_zero_to_fp32_loads_into_the_plain_model(results, tmp_path):
-    from trainwell.backends.deepspeed import cmd_zero_to_fp32, get_fp32_state_dict_from_zero_checkpoint
+    from trainwell.backends.deepspeed import get_fp32_state_dict_from_zero_checkpoint
+    from trainwell.cli.commands.deepspeed_tools import cmd_zero_to_fp32
 
     sys.path.insert(0, str(JOB.parent))
     from deepspeed_job import MLP

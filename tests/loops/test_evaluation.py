@@ -119,7 +119,7 @@ class RecordingHandler:
 
 def _state():
     try:
-        from trainwell.callbacks.state import TrainerControl, TrainerState
+        from trainwell.utils.trainer_state import TrainerControl, TrainerState
 
         return TrainerState(), TrainerControl()
     except ImportError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..utils.lazy_exports import lazy_exports
 from ..utils.tracker_table import TRACKER_TABLE, callback_exports
-from .state import ExportableState, TrainerControl, TrainerState
+from ..utils.trainer_state import ExportableState, TrainerControl, TrainerState
 from .base import TrainerCallback
 from .flow import DefaultFlowCallback
 from .integrations import get_available_reporting_integrations, get_reporting_integration_callbacks

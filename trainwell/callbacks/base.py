@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from .events import NOOP_MARKER
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["TrainerCallback"]
 

@@ -14,7 +14,7 @@ import torch
 from .base import TrainerCallback
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["StopOnNonFiniteLossCallback"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .state import ExportableState
+from ..utils.trainer_state import ExportableState
 from ..utils.option_enums import IntervalStrategy
 from .base import TrainerCallback
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["EarlyStoppingCallback"]
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .state import TrainerControl, TrainerState
+from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["EVENTS", "QUIET_EVENT", "CallbackHandler"]
 

@@ -8,7 +8,7 @@ from ..utils.option_enums import IntervalStrategy, SaveStrategy
 from .base import TrainerCallback
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["DefaultFlowCallback"]
 

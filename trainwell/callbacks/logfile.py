@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from .base import TrainerCallback
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["LogFileCallback", "LOG_FILE_NAME"]
 

@@ -19,7 +19,7 @@ from .base import TrainerCallback
 from .progress import format_logs
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["PlainProgressCallback"]
 

@@ -8,7 +8,7 @@ from .base import TrainerCallback
 from .printer import shown_value
 
 if TYPE_CHECKING:
-    from .state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["ProgressCallback"]
 

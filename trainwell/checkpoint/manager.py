@@ -366,7 +366,7 @@ class CheckpointManager:
     @staticmethod
     def _read_trainer_state(folder: Path) -> dict[str, Any] | None:
         """``trainer_state.json`` checked against the TrainerState schema (None when absent); raises CheckpointError."""
-        from ..callbacks.state import trainer_state_problems
+        from ..utils.trainer_state import trainer_state_problems
 
         path = folder / layout.TRAINER_STATE_NAME
         if not path.is_file():

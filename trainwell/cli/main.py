@@ -17,7 +17,6 @@ import os
 import sys
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .arguments import CLIError
@@ -503,13 +502,13 @@ add_subcommand("train", "train the built-in recipe or a YAML recipe (any Trainin
 
 
 def _run_zero_to_fp32(argv: list[str]) -> int:
-    from ..backends.deepspeed.weights import cmd_zero_to_fp32
+    from .commands.deepspeed_tools import cmd_zero_to_fp32
 
     return cmd_zero_to_fp32(argv)
 
 
 def _run_estimate_memory(argv: list[str]) -> int:
-    from ..backends.deepspeed.memory_estimates import cmd_estimate_memory
+    from .commands.deepspeed_tools import cmd_estimate_memory
 
     return cmd_estimate_memory(argv)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
-    from ..callbacks.state import TrainerState
+    from ..utils.trainer_state import TrainerState
 
 __all__ = ["MissingMetricError", "is_new_best", "metric_value"]
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
     from ..backends.base import Backend
     from ..callbacks.events import CallbackHandler
-    from ..callbacks.state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
     from ..runtime.memory import TrainerMemoryTracker
     from ..utils.outputs import EvalLoopOutput
     from .look_ahead import BatchLookAhead

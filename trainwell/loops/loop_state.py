@@ -20,7 +20,7 @@ from ..runtime.distributed import all_gather_object, mean_across_ranks
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
-    from ..callbacks.state import TrainerState
+    from ..utils.trainer_state import TrainerState
 
 # With logging_nan_inf_filter, the step losses of a window are kept for the rare case of a nan/inf; beyond this
 # many micro-batches without a log they are folded in (one device sync), so the list stays small.

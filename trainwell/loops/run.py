@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from ..callbacks.state import TrainerControl, TrainerState
+from ..utils.trainer_state import TrainerControl, TrainerState
 from ..data.loader import collator_draws_randomness
 from ..utils import reporting
 from ..utils.losses import all_labels_ignored

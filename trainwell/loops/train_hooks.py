@@ -21,7 +21,7 @@ from .nested import upcast_half
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
     from ..callbacks.events import CallbackHandler
-    from ..callbacks.state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 
 def clear_device_cache(device: torch.device) -> None:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..backends.base import Backend
-from ..callbacks.state import TrainerControl, TrainerState
+from ..utils.trainer_state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity

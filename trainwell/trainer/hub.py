@@ -33,7 +33,7 @@ from .output_dir import require_output_dir
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
     from ..callbacks.events import CallbackHandler
-    from ..callbacks.state import TrainerControl, TrainerState
+    from ..utils.trainer_state import TrainerControl, TrainerState
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 

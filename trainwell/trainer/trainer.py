@@ -19,7 +19,7 @@ from ..args.data_options import tokens_seen_mode
 from ..callbacks import DefaultFlowCallback, PrinterCallback, ProgressCallback, TrainerCallback
 from ..callbacks.events import CallbackHandler
 from ..callbacks.integrations import get_reporting_integration_callbacks
-from ..callbacks.state import TrainerControl, TrainerState
+from ..utils.trainer_state import TrainerControl, TrainerState
 from ..loops import eval_loop
 from ..loops.best_metric import is_new_best, metric_value
 from ..utils import reporting

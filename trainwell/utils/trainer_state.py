@@ -47,7 +47,7 @@ def _export_callbacks(callbacks: list[Any]) -> dict[str, Any]:
         if not isinstance(callback, ExportableState):
             raise TypeError(
                 f"stateful_callbacks got {type(callback).__name__}, which does not inherit "
-                "trainwell.callbacks.state.ExportableState; add the mixin and implement `state()`, or leave it out."
+                "trainwell.utils.trainer_state.ExportableState; add the mixin and implement `state()`, or leave it out."
             )
         name = type(callback).__name__
         if name not in exported:

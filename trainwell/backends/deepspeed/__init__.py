@@ -23,9 +23,9 @@ _MODULES = {
                "infer_hidden_size", "is_deepspeed_zero3_enabled", "load_deepspeed_config", "remaining_auto_keys",
                "resolve_deepspeed_config", "set_deepspeed_config", "unset_deepspeed_config"),
     "backend": ("DeepSpeedBackend", "check_deepspeed_files", "ensure_process_group", "import_deepspeed"),
-    "weights": ("cmd_zero_to_fp32", "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint",
+    "weights": ("get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint",
                 "zero_to_fp32"),
-    "memory_estimates": ("BUFFER_FACTOR", "MemoryEstimate", "cmd_estimate_memory", "estimate_zero_memory",
+    "memory_estimates": ("BUFFER_FACTOR", "MemoryEstimate", "estimate_zero_memory",
                          "estimate_zero_memory_for_model", "format_memory_table"),
 }
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}

@@ -119,26 +119,7 @@ def format_memory_table(rows: Sequence[MemoryEstimate], params: int, gpus: int, 
     return "\n".join(lines)
 
 
-def cmd_estimate_memory(argv: Sequence[str] | None = None) -> int:
-    """``trainwell estimate-memory --params N [--gpus G --nodes K --largest-layer-params L]``."""
-    from ...cli.arguments import RaisingArgumentParser, positive_float, positive_int
-
-    parser = RaisingArgumentParser(prog="trainwell estimate-memory",
-                                   description="ZeRO-2/3 memory needs for parameters, gradients, optimizer states.")
-    parser.add_argument("--params", type=positive_float, required=True, help="number of parameters, e.g. 3e9")
-    parser.add_argument("--gpus", type=positive_int, default=1, help="GPUs per node")
-    parser.add_argument("--nodes", type=positive_int, default=1, help="number of nodes")
-    parser.add_argument("--largest-layer-params", type=positive_float, default=None,
-                        help="parameters of the biggest single layer (default: params/40)")
-    ns = parser.parse_args(argv)
-    params = int(ns.params)
-    largest = int(ns.largest_layer_params) if ns.largest_layer_params is not None else None
-    rows = estimate_zero_memory(params, ns.gpus, ns.nodes, largest_layer_params=largest)
-    print(format_memory_table(rows, params, ns.gpus, ns.nodes))
-    return 0
-
-
 __all__ = [
-    "BUFFER_FACTOR", "MemoryEstimate", "cmd_estimate_memory", "estimate_zero_memory", "estimate_zero_memory_for_model",
+    "BUFFER_FACTOR", "MemoryEstimate", "estimate_zero_memory", "estimate_zero_memory_for_model",
     "format_memory_table",
 ]

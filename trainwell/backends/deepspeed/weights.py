@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -115,26 +115,7 @@ def _untie(state: dict[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
     return out
 
 
-# -- command line --------------------------------------------------------------------------------------------------
-def cmd_zero_to_fp32(argv: Sequence[str] | None = None) -> int:
-    """``trainwell zero-to-fp32 CHECKPOINT_DIR OUTPUT_FILE [--tag global_stepN]``."""
-    from ...cli.arguments import RaisingArgumentParser
-
-    parser = RaisingArgumentParser(prog="trainwell zero-to-fp32",
-                                   description="Consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file.")
-    parser.add_argument("checkpoint_dir", help="a checkpoint-<step> folder (with 'latest' and global_step*/)")
-    parser.add_argument("output_file", help="where to write the weights (.safetensors, or a torch.save file)")
-    parser.add_argument("--tag", default=None, help="the global_step folder to read (default: the one in 'latest')")
-    parser.add_argument("--trust-checkpoint-pickles", action="store_true",
-                        help="skip the allow-list check of DeepSpeed's pickled files (their code may run: only for "
-                             "checkpoints from a source you trust)")
-    ns = parser.parse_args(argv)
-    out = zero_to_fp32(ns.checkpoint_dir, ns.output_file, tag=ns.tag, trust_pickles=ns.trust_checkpoint_pickles)
-    print(f"wrote fp32 weights to {out}")
-    return 0
-
-
 __all__ = [
-    "cmd_zero_to_fp32", "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint",
+    "get_fp32_state_dict_from_zero_checkpoint", "load_state_dict_from_zero_checkpoint",
     "zero_to_fp32",
 ]
