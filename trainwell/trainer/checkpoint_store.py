@@ -34,8 +34,17 @@ class StoreSync:
         url = getattr(args, "checkpoint_store", None)
         if not url:
             return None
+        import os
+
         from ..checkpoint.store import CheckpointStore
 
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size) or args.world_size)
+        if args.save_on_each_node and args.world_size > local:
+            raise ValueError(
+                "checkpoint_store with save_on_each_node=True on several nodes is not supported yet: each node's "
+                "checkpoint lists only its own ranks' files, and only the first node's would reach the store. Give "
+                "the nodes a shared output_dir (save_on_each_node=False), or keep the checkpoints on each node's "
+                "disk without checkpoint_store")
         return cls(CheckpointStore(url, getattr(args, "storage_options", None)), args.save_total_limit)
 
     def lock(self) -> None:

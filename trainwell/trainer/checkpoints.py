@@ -260,19 +260,22 @@ class TrainerCheckpoints:
         (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
         from ..checkpoint.lock import OutputDirLock, OutputDirLockedError
 
-        error: OutputDirLockedError | None = None
+        error: Exception | None = None
         if self.args.process_index == 0 and self.output_dir_lock is None and self.args.output_dir:
             lock = OutputDirLock(self.args.output_dir)
             try:
                 lock.acquire()
                 self.output_dir_lock = lock
-                if self.store is not None:
-                    self.store.lock()
             except OutputDirLockedError as err:
                 error = err
             except OSError as err:  # a read-only output_dir: nothing of this run can collide there
                 logger.warning("Could not lock output_dir %s (%s); training without the lock, so make sure no other "
                                "trainer uses this folder", self.args.output_dir, err)
+            if error is None and self.store is not None:
+                try:
+                    self.store.lock()
+                except Exception as err:  # held by another run, or out of reach: every rank fails with it, now
+                    error = err
         if self.args.world_size > 1:
             from ..runtime.distributed import all_gather_object, is_dist
 
