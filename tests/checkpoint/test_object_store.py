@@ -210,3 +210,30 @@ def test_storage_options_never_written(tmp_path, url, caplog):
             assert secret.encode() not in path.read_bytes(), path
     for key in store.fs.find(store.root):
         assert secret.encode() not in store.fs.cat_file(key), key
+
+
+def test_a_slow_upload_keeps_its_checkpoint_from_the_local_rotation(tmp_path, url, monkeypatch):
+    """save_total_limit=1 rotates the local staging folder at every save; a checkpoint still being uploaded is deleted
+    only after its upload (before the fix the rotation removed checkpoint-2 under the upload, which then failed)."""
+    import time
+
+    real = CheckpointStore.upload
+
+    def slow(self, folder, run=None):
+        time.sleep(0.3)  # the next save (and its local rotation) happens meanwhile
+        return real(self, folder, run=run)
+
+    monkeypatch.setattr(CheckpointStore, "upload", slow)
+    monkeypatch.setattr(store_upload, "RETRIES", 0)
+    trainer = _train(tmp_path / "out", store=url, max_steps=6, save_total_limit=1)
+    assert trainer._tw_checkpoints.store.stats.uploaded == 3
+    assert _store_names(url) == ["checkpoint-6"]
+    assert [p.name for p in list_complete_checkpoints(tmp_path / "out")] == ["checkpoint-6"]
+
+
+def test_async_save_publishes_to_the_store(tmp_path, url):
+    trainer = _train(tmp_path / "out", store=url, max_steps=4, async_save=True)
+    assert _store_names(url) == ["checkpoint-2", "checkpoint-4"]
+    assert trainer._tw_checkpoints.store.stats.uploaded == 2
+    local = CheckpointStore(url).read_marker("checkpoint-4")
+    assert local == json.loads((tmp_path / "out" / "checkpoint-4" / ".complete").read_text())

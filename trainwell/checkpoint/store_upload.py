@@ -48,9 +48,10 @@ class StoreUploader:
         self.lock_owner = lock_owner
         self.stats = UploadStats()
         self.error: CheckpointError | None = None
-        self._jobs: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[str, Callable[[], None], Callable[[], None]] | None] = queue.Queue()
         self._idle = threading.Condition()
         self._pending = 0
+        self._folders: list[Path] = []  # the checkpoints submitted and not uploaded yet (the local rotation keeps them)
         self._thread = threading.Thread(target=self._work, name="trainwell-store-upload", daemon=True)
         self._thread.start()
 
@@ -74,8 +75,19 @@ class StoreUploader:
 
         with self._idle:
             self._pending += 1
-        self._jobs.put((folder.name, upload))
+            self._folders.append(folder)
+
+        def done() -> None:
+            with self._idle:
+                self._folders.remove(folder)
+
+        self._jobs.put((folder.name, upload, done))
         self.stats.blocked_s += time.perf_counter() - start
+
+    def pending(self) -> tuple[Path, ...]:
+        """The checkpoints submitted and not uploaded yet (including the one uploading now)."""
+        with self._idle:
+            return tuple(self._folders)
 
     def raise_if_failed(self) -> None:
         """Raise the error of a failed upload (once kept, it stays)."""
@@ -109,12 +121,13 @@ class StoreUploader:
                 continue
             if job is None:
                 return
-            name, run = job
+            name, run, done = job
             try:
                 if self.error is None:  # after a failure later checkpoints are not published (the run raises)
                     self._attempt(name, run)
                     self._beat()
             finally:
+                done()
                 with self._idle:
                     self._pending -= 1
                     self._idle.notify_all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -84,13 +85,26 @@ class StoreSync:
                     "training thread waited %.3f s for the store", self.store.url, stats.uploaded, stats.bytes / 1e6,
                     stats.upload_s, stats.blocked_s)
 
-    def publish(self, folder: Path, best: str | None, *, run: str | None) -> None:
-        """Queue the upload of the committed ``folder``, then the store's rotation (no-op off world process zero)."""
+    def uploading(self) -> tuple[Path, ...]:
+        """The local checkpoints queued or uploading now (the local rotation keeps them)."""
+        return self.uploader.pending() if self.uploader is not None else ()
+
+    def publish(self, folder: Path, best: str | None, *, run: str | None,
+                then: Callable[[], object] | None = None) -> bool:
+        """Queue the upload of the committed ``folder``, then ``then()`` (the local rotation) and the store's
+        rotation. False off world process zero (nothing queued: the caller rotates itself)."""
         uploader, store, limit = self.uploader, self.store, self.save_total_limit
         if uploader is None:
-            return
+            return False
         keep = {folder.name} | ({Path(best).name} if best else set())
-        uploader.submit(folder, run=run, rotate=lambda: store.rotate(limit, keep=keep, current_run=run))
+
+        def rotate() -> None:
+            if then is not None:
+                then()
+            store.rotate(limit, keep=keep, current_run=run)
+
+        uploader.submit(folder, run=run, rotate=rotate)
+        return True
 
     def fetch(self, resume_from_checkpoint: str | bool | None, output_dir: str) -> Path | None:
         """A resume (``True`` or ``"auto"``): download the store's newest complete checkpoint into ``output_dir``

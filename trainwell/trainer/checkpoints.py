@@ -424,8 +424,7 @@ class TrainerCheckpoints:
             best = state.best_model_checkpoint
 
             def after(saved: Path) -> None:  # in the saver's thread, once the checkpoint is committed
-                self.manager.rotate(best_model_checkpoint=best, keep=saved)
-                self._publish(saved, best)
+                self._rotate_and_publish(saved, best)
             folder = self.async_saver.save(self.manager, step, self.contents(loop=loop, tr_loss=tr_loss),
                                            after=after, engine_snapshot=self.backend.async_engine_snapshot)
             self.last = folder
@@ -441,13 +440,18 @@ class TrainerCheckpoints:
                                    engine_save=self.backend.save)
         self.last = folder
         trainer._push_from_checkpoint(folder)
-        self.manager.rotate(best_model_checkpoint=state.best_model_checkpoint, keep=folder)
-        self._publish(folder, state.best_model_checkpoint)
+        self._rotate_and_publish(folder, state.best_model_checkpoint)
         return folder
 
-    def _publish(self, folder: Path, best: str | None) -> None:
-        if self.store is not None:  # checkpoint_store: uploaded in the background
-            self.store.publish(folder, best, run=self.manager.run_id)
+    def _rotate_and_publish(self, folder: Path, best: str | None) -> None:
+        """Rotate ``output_dir``; with ``checkpoint_store``, upload ``folder`` first (the local rotation then runs
+        after the upload, in the uploader's thread: a checkpoint is never deleted while it is read for its upload)."""
+        def rotate() -> None:
+            uploading = self.store.uploading() if self.store is not None else ()
+            self.manager.rotate(best_model_checkpoint=best, keep=folder, also_keep=uploading)
+
+        if self.store is None or not self.store.publish(folder, best, run=self.manager.run_id, then=rotate):
+            rotate()
 
     def _save_overridden(self) -> bool:
         """Whether a subclass overrides ``_save`` or ``_save_optimizer_and_scheduler`` (read the live state)."""
