@@ -171,7 +171,7 @@ def test_failed_upload_is_retried_then_raised_naming_the_checkpoint(tmp_path, ur
     monkeypatch.setattr(store_upload, "BACKOFF_S", 0.0)
     attempts = []
 
-    def refused(self, folder, run=None):
+    def refused(self, folder, **kwargs):
         attempts.append(folder.name)
         raise PermissionError("AccessDenied")
 
@@ -219,9 +219,9 @@ def test_a_slow_upload_keeps_its_checkpoint_from_the_local_rotation(tmp_path, ur
 
     real = CheckpointStore.upload
 
-    def slow(self, folder, run=None):
+    def slow(self, folder, **kwargs):
         time.sleep(0.3)  # the next save (and its local rotation) happens meanwhile
-        return real(self, folder, run=run)
+        return real(self, folder, **kwargs)
 
     monkeypatch.setattr(CheckpointStore, "upload", slow)
     monkeypatch.setattr(store_upload, "RETRIES", 0)

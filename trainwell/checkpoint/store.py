@@ -44,6 +44,7 @@ UPLOADING = ".uploading"
 LOCK_OBJECT = ".trainwell-lock.json"
 HEARTBEAT_S = 30.0
 STALE_S = 120.0  # a lock whose heartbeat is older than this is taken over (its run is gone)
+NODES_WAIT_S = 600.0  # one disk per node: how long node 0 waits for the other nodes' uploads of a checkpoint
 
 
 def is_store_url(value: Any) -> bool:
@@ -107,35 +108,76 @@ class CheckpointStore:
         return record if layout._is_marker_record(record) else None
 
     # ---------------------------------------------------------------------------------------------- publish
-    def upload(self, folder: Path, *, run: str | None = None) -> int:
+    def upload(self, folder: Path, *, run: str | None = None, node: int = 0, nodes: int = 1,
+               wait_s: float = NODES_WAIT_S) -> int:
         """Publish the committed local checkpoint ``folder`` as ``<url>/<folder.name>/`` (protocol of the module
-        docstring); returns the bytes uploaded. A same-named checkpoint on the store is replaced (marker first)."""
+        docstring); returns the bytes uploaded. A same-named checkpoint on the store is replaced (marker first).
+
+        ``nodes > 1`` (one disk per node): each node's saver calls it with its ``node`` and writes its file list
+        (``.node-<node>.json``) first. Node 0 uploads all its files; every other node, once node 0's list is there,
+        uploads the files node 0 does not have (its ranks' own) and then ``.node-<node>.done``; node 0 waits (up to
+        ``wait_s``) for every node's, and writes the marker listing every node's files, last."""
         from .commit import test_hook
 
         name, record = folder.name, layout.read_marker(folder)
         step = is_checkpoint_name(name)
-        prefix = self._key(name)
-        if self._sizes(name):  # an earlier run's checkpoint of this step, or an interrupted upload: marker first
-            if self.read_marker(name) is not None:
-                self.fs.rm_file(self._key(name, COMPLETE_MARKER))
-            self.fs.rm(prefix, recursive=True)
+        if self.read_marker(name) is not None:  # an earlier run's checkpoint of this step: invisible first
+            self.fs.rm_file(self._key(name, COMPLETE_MARKER))
+        if nodes == 1 and self._sizes(name):  # its objects, or an interrupted upload's (other nodes: kept)
+            self.fs.rm(self._key(name), recursive=True)
         self.fs.pipe_file(self._key(name, UPLOADING), json.dumps({"run": run}).encode())
+        files = dict(record["files"])
+        if nodes > 1:
+            self.fs.pipe_file(self._key(name, f".node-{node}.json"), json.dumps(files).encode())
+            if node != 0:
+                first = self._wait_for(name, ".node-0.json", wait_s, "node 0 did not list its files")
+                files = {rel: entry for rel, entry in files.items() if rel not in first}
         total = 0
-        for index, (rel, entry) in enumerate(sorted(record["files"].items())):
+        for index, (rel, entry) in enumerate(sorted(files.items())):
             self.fs.put_file(str(folder / rel), self._key(name, rel))
             total += int(entry["size"])
             if index == 0:
-                test_hook("upload", step if step is not None else -1, 0)
+                test_hook("upload", step if step is not None else -1, node)
+        self._check_sizes(name, files)
+        if nodes > 1 and node != 0:
+            self.fs.pipe_file(self._key(name, f".node-{node}.done"), b"{}")
+            return total
+        if nodes > 1:
+            for other in range(1, nodes):
+                self._wait_for(name, f".node-{other}.done", wait_s, f"node {other} did not report its upload")
+                extra = self._wait_for(name, f".node-{other}.json", wait_s, f"node {other} did not list its files")
+                files.update({rel: entry for rel, entry in extra.items() if rel not in files})
+            record = {**record, "files": files}
+            self._check_sizes(name, files)
+        test_hook("published", step if step is not None else -1, node)
+        self.fs.pipe_file(self._key(name, COMPLETE_MARKER), json.dumps(record, indent=1, sort_keys=True).encode())
+        for other in range(nodes if nodes > 1 else 0):
+            for suffix in ("json", "done"):
+                if self.fs.exists(self._key(name, f".node-{other}.{suffix}")):
+                    self.fs.rm_file(self._key(name, f".node-{other}.{suffix}"))
+        self.fs.rm_file(self._key(name, UPLOADING))
+        return total
+
+    def _check_sizes(self, name: str, files: dict[str, Any]) -> None:
         self.fs.invalidate_cache()
         sizes = self._sizes(name)
-        for rel, entry in record["files"].items():
+        for rel, entry in files.items():
             if sizes.get(rel) != entry["size"]:
                 raise CheckpointError(f"{self.url}/{name}/{rel}: {sizes.get(rel)} bytes on the store after the "
                                       f"upload, {entry['size']} written locally")
-        test_hook("published", step if step is not None else -1, 0)
-        self.fs.put_file(str(folder / COMPLETE_MARKER), self._key(name, COMPLETE_MARKER))  # last: now visible
-        self.fs.rm_file(self._key(name, UPLOADING))
-        return total
+
+    def _wait_for(self, name: str, obj: str, wait_s: float, what: str) -> Any:
+        """The JSON of ``<url>/<name>/<obj>`` once another node wrote it; CheckpointError after ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                return json.loads(self.fs.cat_file(self._key(name, obj)))
+            except FileNotFoundError:
+                if time.monotonic() > deadline:
+                    raise CheckpointError(f"{self.url}/{name}: {what} within {wait_s:.0f} s (its process died or "
+                                          "lost the store)") from None
+                time.sleep(0.2)
+                self.fs.invalidate_cache()
 
     # ------------------------------------------------------------------------------------------- discovery
     def complete(self) -> list[tuple[str, dict[str, Any]]]:

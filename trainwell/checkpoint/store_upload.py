@@ -55,7 +55,8 @@ class StoreUploader:
         self._thread = threading.Thread(target=self._work, name="trainwell-store-upload", daemon=True)
         self._thread.start()
 
-    def submit(self, folder: Path, *, run: str | None = None, rotate: Callable[[], object] | None = None) -> None:
+    def submit(self, folder: Path, *, run: str | None = None, rotate: Callable[[], object] | None = None,
+               node: int = 0, nodes: int = 1) -> None:
         """Queue the upload of the committed checkpoint ``folder`` (then ``rotate()``); raises the error of an
         earlier upload that failed."""
         start = time.perf_counter()
@@ -63,7 +64,7 @@ class StoreUploader:
 
         def upload() -> None:
             began = time.perf_counter()
-            size = self.store.upload(folder, run=run)
+            size = self.store.upload(folder, run=run, node=node, nodes=nodes)
             took = time.perf_counter() - began
             self.stats.uploaded += 1
             self.stats.bytes += size

@@ -35,17 +35,8 @@ class StoreSync:
         url = getattr(args, "checkpoint_store", None)
         if not url:
             return None
-        import os
-
         from ..checkpoint.store import CheckpointStore
 
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size) or args.world_size)
-        if args.save_on_each_node and args.world_size > local:
-            raise ValueError(
-                "checkpoint_store with save_on_each_node=True on several nodes is not supported yet: each node's "
-                "checkpoint lists only its own ranks' files, and only the first node's would reach the store. Give "
-                "the nodes a shared output_dir (save_on_each_node=False), or keep the checkpoints on each node's "
-                "disk without checkpoint_store")
         return cls(CheckpointStore(url, getattr(args, "storage_options", None)), args.save_total_limit)
 
     def lock(self) -> None:
@@ -89,21 +80,30 @@ class StoreSync:
         """The local checkpoints queued or uploading now (the local rotation keeps them)."""
         return self.uploader.pending() if self.uploader is not None else ()
 
-    def publish(self, folder: Path, best: str | None, *, run: str | None,
-                then: Callable[[], object] | None = None) -> bool:
-        """Queue the upload of the committed ``folder``, then ``then()`` (the local rotation) and the store's
-        rotation. False off world process zero (nothing queued: the caller rotates itself)."""
+    def publish(self, folder: Path, best: str | None, *, run: str | None, saves: bool, node: int = 0,
+                nodes: int = 1, then: Callable[[], object] | None = None) -> bool:
+        """Queue the upload of the committed ``folder``, then ``then()`` (the local rotation) and, on world process
+        zero, the store's rotation. ``saves``: whether this rank wrote ``folder``; ``nodes > 1``: one disk per node,
+        this rank is node ``node``'s saver (see :meth:`CheckpointStore.upload`). False when nothing is queued here
+        (the caller rotates itself)."""
+        if self.uploader is None and saves and nodes > 1:  # another node's saver: its own uploader, no lock
+            from ..checkpoint.store_upload import StoreUploader
+
+            self.uploader = StoreUploader(self.store)
+            self.stats = self.uploader.stats
         uploader, store, limit = self.uploader, self.store, self.save_total_limit
-        if uploader is None:
+        if uploader is None or not saves:
             return False
         keep = {folder.name} | ({Path(best).name} if best else set())
+        owner = self._owner
 
         def rotate() -> None:
             if then is not None:
                 then()
-            store.rotate(limit, keep=keep, current_run=run)
+            if owner is not None:  # world process zero's (it holds the lock): the store's rotation
+                store.rotate(limit, keep=keep, current_run=run)
 
-        uploader.submit(folder, run=run, rotate=rotate)
+        uploader.submit(folder, run=run, rotate=rotate, node=node, nodes=nodes)
         return True
 
     def fetch(self, resume_from_checkpoint: str | bool | None, output_dir: str) -> Path | None:

@@ -450,8 +450,17 @@ class TrainerCheckpoints:
             uploading = self.store.uploading() if self.store is not None else ()
             self.manager.rotate(best_model_checkpoint=best, keep=folder, also_keep=uploading)
 
-        if self.store is None or not self.store.publish(folder, best, run=self.manager.run_id, then=rotate):
+        if self.store is None or not self._publish(folder, best, rotate):
             rotate()
+
+    def _publish(self, folder: Path, best: str | None, rotate: Any) -> bool:
+        from ..checkpoint.nodes import node_index, saving_nodes
+
+        assert self.store is not None
+        nodes = saving_nodes(self.manager.output_dir)
+        return self.store.publish(folder, best, run=self.manager.run_id, saves=self.manager.should_save,
+                                  node=node_index(self.args.process_index) if nodes > 1 else 0, nodes=nodes,
+                                  then=rotate)
 
     def _save_overridden(self) -> bool:
         """Whether a subclass overrides ``_save`` or ``_save_optimizer_and_scheduler`` (read the live state)."""
