@@ -237,3 +237,16 @@ def test_async_save_publishes_to_the_store(tmp_path, url):
     assert trainer._tw_checkpoints.store.stats.uploaded == 2
     local = CheckpointStore(url).read_marker("checkpoint-4")
     assert local == json.loads((tmp_path / "out" / "checkpoint-4" / ".complete").read_text())
+
+
+def test_command_line_last_defers_to_the_store(tmp_path, url):
+    """``--resume_from_checkpoint last`` on an empty output_dir is refused without a store, and left to the Trainer
+    (which downloads the store's newest) with one."""
+    from types import SimpleNamespace
+
+    from trainwell.cli.main import CLIError, _resume_value
+
+    empty = str(tmp_path / "empty")
+    with pytest.raises(CLIError, match="holds no checkpoint"):
+        _resume_value(SimpleNamespace(resume_from_checkpoint="last", output_dir=empty))
+    assert _resume_value(SimpleNamespace(resume_from_checkpoint="last", output_dir=empty, checkpoint_store=url)) is True
