@@ -1,8 +1,9 @@
 """The Trainer's ``checkpoint_store`` part: lock, download for a resume, background publish, rotation on the store.
 
 ``output_dir`` stays the local folder everything is committed into first (see :mod:`trainwell.checkpoint.store` for
-the publish protocol). World process zero holds the store's lock and the uploader for the duration of ``train()``;
-the saving rank(s) download the checkpoint to resume when ``output_dir`` lacks it.
+the publish protocol). World process zero holds the store's lock and an uploader for the duration of ``train()``
+(with one disk per node, every other node's saver gets an uploader of its own at its first save); the saving rank(s)
+download the checkpoint to resume when ``output_dir`` lacks it.
 """
 
 from __future__ import annotations
