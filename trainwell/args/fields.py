@@ -175,6 +175,13 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     async_save: bool = _f(False, "trainwell only: write checkpoints in a background thread; training blocks only "
                                  "while the state is copied to host memory (one process, DDP or FSDP; not DeepSpeed "
                                  "nor sharded_ddp; callbacks' on_save runs before the files exist).")
+    checkpoint_store: str | None = _f(None, "trainwell only: an fsspec URL (s3://bucket/run, gs://..., memory://...) "
+                                            "where every checkpoint is also published, uploaded in the background "
+                                            "after the local commit in output_dir; a resume with an empty "
+                                            "output_dir downloads the newest complete one from there.")
+    storage_options: dict | str | None = _f(None, "trainwell only: fsspec storage options of checkpoint_store (a "
+                                                  "dict or JSON; credentials: never written to a checkpoint, a log "
+                                                  "or a tracker). Default: the environment / fsspec config.")
     enable_jit_checkpoint: bool = _f(False, "On SIGTERM/SIGINT, save a checkpoint even with save_strategy='no' "
                                             "(trainwell always stops gracefully and saves otherwise).")
     # --- devices and precision

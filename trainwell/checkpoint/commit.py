@@ -21,7 +21,8 @@ Test hook: with the environment variable ``TRAINWELL_TEST_KILL_AT=<phase>:<step>
 rank SIGKILLs itself at that phase of the save of ``checkpoint-<step>``. Phases, in order: ``files`` (its own files
 written), ``engine`` (the engine's files written, before collective 2), ``marker`` (after collective 2, before the
 marker), ``rename`` (marker written, before the rename), ``aside`` (a same-named checkpoint of an earlier run moved aside,
-before the new folder is renamed into place), ``renamed`` (before collective 3). It exists for the
+before the new folder is renamed into place), ``renamed`` (before collective 3); with ``checkpoint_store``, ``upload`` and
+``published`` (see :mod:`.store`). It exists for the
 kill tests (``tests/distributed/test_kill_resume.py``) and costs one environment lookup per save.
 """
 

@@ -274,7 +274,7 @@ class CheckpointManager:
     # -------------------------------------------------------------------------------------- rotation
 
     def rotate(self, best_model_checkpoint: str | os.PathLike | None = None, *,
-               keep: str | os.PathLike | None = None) -> list[Path]:
+               keep: str | os.PathLike | None = None, also_keep: tuple[Path, ...] = ()) -> list[Path]:
         """Delete the oldest complete checkpoints beyond ``save_total_limit``; returns the deleted folders.
 
         The newest checkpoint, ``best_model_checkpoint`` and ``keep`` (the checkpoint just saved: after a resume from
@@ -288,7 +288,7 @@ class CheckpointManager:
         if not found:
             return []
         protected = {found[-1].resolve()}
-        for kept in (best_model_checkpoint, keep):
+        for kept in (best_model_checkpoint, keep, *also_keep):  # also_keep: checkpoints still being uploaded
             if kept is not None:
                 protected.add(Path(kept).resolve())
         keep_count = max(self.save_total_limit, sum(1 for p in found if p.resolve() in protected))

@@ -88,6 +88,18 @@ def writes_here(root: Path, ranks: "Ranks", should_save: bool, *, engine_needs_s
     return should_save
 
 
+def saving_nodes(root: Path) -> int:
+    """How many nodes write their own copy of ``root``'s checkpoints: the number of nodes with one disk per node
+    (decided at the first save), else 1."""
+    if _decided.get(str(Path(root).resolve())) != PER_NODE:
+        return 1
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", "")
+    world = os.environ.get("WORLD_SIZE", "")
+    if per_node.isdigit() and world.isdigit() and int(per_node) > 0:
+        return int(world) // int(per_node)
+    return 1
+
+
 def _decide(root: Path, ranks: "Ranks", should_save: bool) -> str:
     if not ranks.active:
         return ONE_NODE

@@ -306,7 +306,8 @@ def _resume_value(args: Any) -> str | bool | None:
     if isinstance(value, str) and value.lower() in ("last", "true", "latest"):
         from ..checkpoint.layout import list_resumable_checkpoints
 
-        if not list_resumable_checkpoints(args.output_dir):
+        # with a checkpoint_store the Trainer downloads the store's newest (and says so when there is none)
+        if not getattr(args, "checkpoint_store", None) and not list_resumable_checkpoints(args.output_dir):
             raise CLIError(f"--resume_from_checkpoint {value}: {args.output_dir} holds no checkpoint to resume from; "
                            "use --resume_from_checkpoint auto to resume when there is one and start fresh otherwise")
         return True

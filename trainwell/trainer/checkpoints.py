@@ -26,6 +26,7 @@ from ..backends.base import Backend
 from ..utils.trainer_state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
+from .checkpoint_store import StoreSync, local_best
 from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity
 from .preemption_report import close_progress_bars, wait_for_preemption_save
 
@@ -117,6 +118,7 @@ class TrainerCheckpoints:
         self.preemption: PreemptionGuard | None = None
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
         self.async_saver: AsyncSaver | None = self._new_async_saver() if getattr(args, "async_save", False) else None
+        self.store: StoreSync | None = StoreSync.from_args(args)  # checkpoint_store: the store's part
 
     @property
     def output_dir(self) -> str:
@@ -189,6 +191,8 @@ class TrainerCheckpoints:
         self._lock_output_dir()
         recovered: list[Path] = []
         try:
+            if self.store is not None and self.args.should_save:
+                self.store.fetch(resume_from_checkpoint, self.output_dir)
             if self.args.should_save:
                 removed = cleanup_incomplete(self.output_dir, at_startup=True, recovered=recovered)
                 if removed:
@@ -257,7 +261,7 @@ class TrainerCheckpoints:
         (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
         from ..checkpoint.lock import OutputDirLock, OutputDirLockedError
 
-        error: OutputDirLockedError | None = None
+        error: Exception | None = None
         if self.args.process_index == 0 and self.output_dir_lock is None and self.args.output_dir:
             lock = OutputDirLock(self.args.output_dir)
             try:
@@ -268,6 +272,11 @@ class TrainerCheckpoints:
             except OSError as err:  # a read-only output_dir: nothing of this run can collide there
                 logger.warning("Could not lock output_dir %s (%s); training without the lock, so make sure no other "
                                "trainer uses this folder", self.args.output_dir, err)
+            if error is None and self.store is not None:
+                try:
+                    self.store.lock()
+                except Exception as err:  # held by another run, or out of reach: every rank fails with it, now
+                    error = err
         if self.args.world_size > 1:
             from ..runtime.distributed import all_gather_object, is_dist
 
@@ -297,6 +306,8 @@ class TrainerCheckpoints:
         A background save still in flight (``train()`` raised) is waited for first: it writes into ``output_dir``."""
         if self.async_saver is not None:
             self.async_saver.join()
+        if self.store is not None:
+            self.store.close()
         lock, self.output_dir_lock = self.output_dir_lock, None
         if lock is not None:
             lock.release()
@@ -334,8 +345,11 @@ class TrainerCheckpoints:
         """Where the data stream stood in the checkpoint of ``step`` (derived from the step when it cannot be
         restored)."""
         from ..loops.loop_state import DataPosition
+        from .resume_shape import data_shape_changed
 
-        if data_state is not None and self._data_shape_changed(data_state, folder, plan):
+        trainer = self._trainer
+        if data_state is not None and data_shape_changed(self.args, trainer._train_batch_size, trainer.state.global_step,
+                                                         data_state, folder, plan):
             data_state = {k: v for k, v in data_state.items() if k not in ("epoch", "batches_in_epoch")}
         if data_state is None or "epoch" not in data_state:
             # written by another tool, or for another epoch shape: derive the position from the step (as upstream)
@@ -354,49 +368,6 @@ class TrainerCheckpoints:
             position.epoch, position.batches_in_epoch = plan.num_epochs, 0
         return position
 
-    def _data_shape_changed(self, data_state: dict[str, Any], folder: Path, plan: TrainPlan) -> bool:
-        """Whether the saved position counts batches of another size or epochs of another length (then warn)."""
-        saved_batch, batch = data_state.get("train_batch_size"), self._trainer._train_batch_size
-        saved_per_epoch = data_state.get("batches_per_epoch")
-        changes = []
-        if saved_batch is not None and saved_batch != batch:
-            changes.append(f"train_batch_size {saved_batch} -> {batch}")
-        if saved_per_epoch is not None and plan.micro_batches_per_epoch is not None and \
-                saved_per_epoch != plan.micro_batches_per_epoch:
-            changes.append(f"batches per epoch {saved_per_epoch} -> {plan.micro_batches_per_epoch}")
-        if not changes:
-            return False
-        step = self._trainer.state.global_step
-        if self._same_global_batch(data_state, folder, plan):
-            # another number of processes, the same global batch: the position derived from the step is exact
-            logger.info("The checkpoint was written by another number of processes (%s): the data position is "
-                        "derived from global_step %d", ", ".join(changes), step)
-            return True
-        logger.warning("The checkpoint was written with another data shape (%s): the exact data position cannot "
-                       "be restored, so training continues from global_step %d (epoch and batch derived from it, "
-                       "as upstream). Keep per_device_train_batch_size and the dataset unchanged for an exact "
-                       "resume.", ", ".join(changes), step)
-        return True
-
-    def _same_global_batch(self, data_state: dict[str, Any], folder: Path, plan: TrainPlan) -> bool:
-        """Whether the checkpoint's run had this run's global batch and epoch, over another number of processes."""
-        from ..checkpoint.layout import TRAINING_ARGS_JSON_NAME
-
-        import json
-
-        try:
-            saved_ga = json.loads((folder / TRAINING_ARGS_JSON_NAME).read_text()).get("gradient_accumulation_steps")
-        except (OSError, ValueError, AttributeError):
-            return False
-        saved_ranks = len(data_state.get("tr_loss_per_rank") or [])
-        saved_batch, saved_per_epoch = data_state.get("train_batch_size"), data_state.get("batches_per_epoch")
-        per_epoch, args, batch = plan.micro_batches_per_epoch, self.args, self._trainer._train_batch_size
-        if saved_ranks in (0, args.world_size) or per_epoch is None or saved_ga is None or saved_batch is None \
-                or saved_per_epoch is None:
-            return False
-        return (saved_batch * saved_ga * saved_ranks == batch * args.gradient_accumulation_steps * args.world_size
-                and saved_batch * saved_per_epoch * saved_ranks == batch * per_epoch * args.world_size)
-
     def _loaded_state(self, loaded: TrainerState | None, plan: TrainPlan) -> TrainerState | None:
         """The loaded TrainerState with this run's plan (the run adopts it); the callbacks' states restored."""
         if loaded is None:
@@ -408,6 +379,8 @@ class TrainerCheckpoints:
         loaded.max_steps = plan.max_steps
         loaded.num_train_epochs = plan.num_epochs
         loaded.train_batch_size = trainer._train_batch_size
+        if self.store is not None:  # downloaded from the store: its best checkpoint was downloaded next to it
+            loaded.best_model_checkpoint = local_best(loaded.best_model_checkpoint, self.output_dir)
         if self.args.restore_callback_states_from_checkpoint and loaded.stateful_callbacks:
             from .callback_states import restore_callback_states
 
@@ -450,10 +423,11 @@ class TrainerCheckpoints:
         self.manager.engine_needs_shared_folder = self.backend.caps.engine_needs_shared_folder
         if self.async_saver is not None and not self._save_overridden():  # written and rotated in the background
             best = state.best_model_checkpoint
+
+            def after(saved: Path) -> None:  # in the saver's thread, once the checkpoint is committed
+                self._rotate_and_publish(saved, best)
             folder = self.async_saver.save(self.manager, step, self.contents(loop=loop, tr_loss=tr_loss),
-                                           after=lambda saved: self.manager.rotate(best_model_checkpoint=best,
-                                                                                   keep=saved),
-                                           engine_snapshot=self.backend.async_engine_snapshot)
+                                           after=after, engine_snapshot=self.backend.async_engine_snapshot)
             self.last = folder
             if self.args.push_to_hub:  # the push reads the checkpoint: wait until it is committed
                 self.async_saver.wait()
@@ -467,8 +441,27 @@ class TrainerCheckpoints:
                                    engine_save=self.backend.save)
         self.last = folder
         trainer._push_from_checkpoint(folder)
-        self.manager.rotate(best_model_checkpoint=state.best_model_checkpoint, keep=folder)
+        self._rotate_and_publish(folder, state.best_model_checkpoint)
         return folder
+
+    def _rotate_and_publish(self, folder: Path, best: str | None) -> None:
+        """Rotate ``output_dir``; with ``checkpoint_store``, upload ``folder`` first (the local rotation then runs
+        after the upload, in the uploader's thread: a checkpoint is never deleted while it is read for its upload)."""
+        def rotate() -> None:
+            uploading = self.store.uploading() if self.store is not None else ()
+            self.manager.rotate(best_model_checkpoint=best, keep=folder, also_keep=uploading)
+
+        if self.store is None or not self._publish(folder, best, rotate):
+            rotate()
+
+    def _publish(self, folder: Path, best: str | None, rotate: Any) -> bool:
+        from ..checkpoint.nodes import node_index, saving_nodes
+
+        assert self.store is not None
+        nodes = saving_nodes(self.manager.output_dir)
+        return self.store.publish(folder, best, run=self.manager.run_id, saves=self.manager.should_save,
+                                  node=node_index(self.args.process_index) if nodes > 1 else 0, nodes=nodes,
+                                  then=rotate)
 
     def _save_overridden(self) -> bool:
         """Whether a subclass overrides ``_save`` or ``_save_optimizer_and_scheduler`` (read the live state)."""
@@ -485,6 +478,8 @@ class TrainerCheckpoints:
         """Wait for an asynchronous save in flight; raise its failure (a no-op without ``async_save``)."""
         if self.async_saver is not None:
             self.async_saver.wait()
+        if self.store is not None:  # checkpoint_store: the last upload is published before train() returns
+            self.store.wait()
 
     def rotate(self, output_dir: str | os.PathLike | None = None, *, use_mtime: bool = False) -> list[Path]:
         """Delete the oldest of trainwell's checkpoints in ``output_dir`` (default: ``args.output_dir``) beyond

@@ -1,0 +1,163 @@
+"""The background uploader of ``checkpoint_store``: publishes committed checkpoints off the training thread.
+
+One daemon thread takes the jobs in order (upload ``checkpoint-<step>``, then rotate the store), retries a failed
+job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails is kept as
+the uploader's error: the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``)
+raise it, naming the checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the
+bench reports: checkpoints and bytes uploaded, seconds spent uploading in the background, and seconds the
+training thread was blocked by the store (submitting, and waiting for the last upload at the end).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .layout import CheckpointError
+from .store import HEARTBEAT_S, CheckpointStore
+
+logger = logging.getLogger(__name__)
+
+RETRIES = 3  # a failed upload is tried again this many times,
+BACKOFF_S = 1.0  # after 1, 2, 4... seconds
+
+
+@dataclass
+class UploadStats:
+    """What the uploader did so far."""
+
+    uploaded: int = 0
+    bytes: int = 0
+    upload_s: float = 0.0
+    blocked_s: float = 0.0
+
+
+class StoreUploader:
+    """Uploads checkpoints to ``store`` in a background thread, in the order they were submitted."""
+
+    def __init__(self, store: CheckpointStore, *, retries: int | None = None, backoff_s: float | None = None,
+                 lock_owner: str | None = None) -> None:
+        self.store = store
+        self.retries = RETRIES if retries is None else retries
+        self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
+        self.lock_owner = lock_owner
+        self.stats = UploadStats()
+        self.error: CheckpointError | None = None
+        self._jobs: queue.Queue[tuple[str, Callable[[], None], Callable[[], None]] | None] = queue.Queue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._folders: list[Path] = []  # the checkpoints submitted and not uploaded yet (the local rotation keeps them)
+        self._thread = threading.Thread(target=self._work, name="trainwell-store-upload", daemon=True)
+        self._thread.start()
+
+    def submit(self, folder: Path, *, run: str | None = None, rotate: Callable[[], object] | None = None,
+               node: int = 0, nodes: int = 1) -> None:
+        """Queue the upload of the committed checkpoint ``folder`` (then ``rotate()``); raises the error of an
+        earlier upload that failed."""
+        start = time.perf_counter()
+        self.raise_if_failed()
+
+        def upload() -> None:
+            began = time.perf_counter()
+            size = self.store.upload(folder, run=run, node=node, nodes=nodes)
+            took = time.perf_counter() - began
+            self.stats.uploaded += 1
+            self.stats.bytes += size
+            self.stats.upload_s += took
+            logger.info("uploaded %s to %s (%.1f MB in %.2f s, in the background)", folder.name, self.store.url,
+                        size / 1e6, took)
+            if rotate is not None:
+                rotate()
+
+        with self._idle:
+            self._pending += 1
+            self._folders.append(folder)
+
+        def done() -> None:
+            with self._idle:
+                self._folders.remove(folder)
+
+        self._jobs.put((folder.name, upload, done))
+        self.stats.blocked_s += time.perf_counter() - start
+
+    def pending(self) -> tuple[Path, ...]:
+        """The checkpoints submitted and not uploaded yet (including the one uploading now)."""
+        with self._idle:
+            return tuple(self._folders)
+
+    def raise_if_failed(self) -> None:
+        """Raise the error of a failed upload (once kept, it stays)."""
+        if self.error is not None:
+            raise self.error
+
+    def wait(self) -> None:
+        """Block until every submitted upload is done; raise a failed one's error. The time counts as blocked."""
+        start = time.perf_counter()
+        with self._idle:
+            while self._pending:
+                self._idle.wait(timeout=HEARTBEAT_S)
+        self.stats.blocked_s += time.perf_counter() - start
+        self.raise_if_failed()
+
+    def close(self) -> None:
+        """Wait for the uploads (errors are logged, not raised: the caller is already leaving) and end the thread."""
+        try:
+            self.wait()
+        except CheckpointError as err:
+            logger.error("%s", err)
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=HEARTBEAT_S)
+            except queue.Empty:
+                self._beat()
+                continue
+            if job is None:
+                return
+            name, run, done = job
+            try:
+                if self.error is None:  # after a failure later checkpoints are not published (the run raises)
+                    self._attempt(name, run)
+                    self._beat()
+            finally:
+                done()
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _attempt(self, name: str, job: Callable[[], None]) -> None:
+        for attempt in range(self.retries + 1):
+            try:
+                job()
+                return
+            except Exception as err:  # a lost connection, a refused request: retried, then raised by name
+                if attempt == self.retries:
+                    self.error = CheckpointError(
+                        f"uploading {name} to checkpoint_store {self.store.url} failed after {attempt + 1} attempts "
+                        f"({type(err).__name__}: {err}); the checkpoint is complete in the local output_dir, but "
+                        "not on the store: a resume elsewhere would not see it")
+                    self.error.__cause__ = err
+                    logger.error("%s", self.error)
+                    return
+                delay = self.backoff_s * 2 ** attempt
+                logger.warning("uploading %s to %s failed (%s: %s); retrying in %.1f s", name, self.store.url,
+                               type(err).__name__, err, delay)
+                time.sleep(delay)
+
+    def _beat(self) -> None:
+        if self.lock_owner is not None:
+            try:
+                self.store.heartbeat(self.lock_owner)
+            except Exception as err:  # a heartbeat lost now is retried at the next one
+                logger.warning("could not refresh the lock of %s (%s)", self.store.url, err)
+
+
+__all__ = ["StoreUploader", "UploadStats"]
