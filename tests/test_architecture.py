@@ -177,9 +177,10 @@ def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
     return found
 
 
-def _module_imports(path: Path, me: str | None = None) -> set[str]:
+def _module_imports(path: Path, me: str | None = None, *, type_only: bool = False) -> set[str]:
     """The trainwell modules ``path`` (the module ``me``) imports when it runs: module level and inside functions;
-    not under ``if TYPE_CHECKING:`` (a type annotation's import is not a dependency at run time).
+    not under ``if TYPE_CHECKING:`` (a type annotation's import is not a dependency at run time), unless
+    ``type_only`` asks for those too.
 
     ``from .pkg import name`` counts as an import of ``pkg.name`` when that is a module, else of ``pkg`` (the package's
     ``__init__``). The packages above an imported module are not counted: their ``__init__`` runs first, but a
@@ -188,7 +189,8 @@ def _module_imports(path: Path, me: str | None = None) -> set[str]:
     me = me or _module_name(path)
     package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
     found: set[str] = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree) if type_only else _runtime_nodes(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 target = ".".join(package[: len(package) - node.level + 1] + (node.module or "").split("."))
@@ -232,6 +234,31 @@ def test_no_import_circles():
     both import (downward)."""
     cycle = _find_cycle({name: _module_imports(path) for name, path in MODULES.items()})
     assert cycle is None, "import circle: " + " -> ".join(cycle) + " (move what they share into a module both import)"
+
+
+def test_no_import_circles_not_even_through_type_annotations():
+    """A module naming another's class for the type checker only still depends on its shape: where two modules need
+    each other's types, one takes a Protocol of what it uses (``trainer/data.py``'s ``DataTrainer``)."""
+    graph = {name: _module_imports(path, type_only=True) for name, path in MODULES.items()}
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import circle (type annotations included): " + " -> ".join(cycle)
+
+
+def test_no_import_circles_between_packages():
+    """The packages form no circle either (type annotations and function-level imports included): a piece two
+    packages share lives in a package both import (``utils/trainer_state.py``, ``utils/secrets.py``)."""
+    def package(name: str) -> str:
+        return name.split(".")[1] if name.count(".") >= 1 else name
+
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        graph.setdefault(package(name), set()).update(
+            package(other) for other in _module_imports(path, type_only=True) if package(other) != package(name))
+    for targets in list(graph.values()):
+        for target in targets:
+            graph.setdefault(target, set())
+    cycle = _find_cycle(graph)
+    assert cycle is None, "circle between packages: " + " -> ".join(cycle)
 
 
 def test_the_circle_finder_finds_a_circle_through_a_function_level_import(tmp_path):

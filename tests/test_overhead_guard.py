@@ -36,7 +36,7 @@ MAX_EXTRA_BYTECODES = 0.02
 # (option_enums, outputs, seeding, checkpoint_names: under a millisecond more by -X importtime); 44 with the
 # Trainer's parts split out of trainer/trainer.py (inputs.py, run_fields.py, eval_model.py, loops/best_metric.py;
 # loops/train_hooks.py now loads with the first train()).
-MAX_TRAINER_IMPORT_MODULES = 46  # + args.data_options (the 5.24 fields) and args.secrets (credentials kept out of checkpoints)
+MAX_TRAINER_IMPORT_MODULES = 46  # + args.data_options (the 5.24 fields) and utils.secrets (credentials kept out of checkpoints)
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O and files, samplers,
 # collators, the training loop and its loss scaling, the optimizer and schedules, the backends, the opt-in callbacks.
 DEFERRED_MODULES = (

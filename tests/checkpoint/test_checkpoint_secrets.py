@@ -1,4 +1,4 @@
-"""Credentials stay out of everything a run writes (``trainwell/args/secrets.py``): the pickled and the JSON arguments
+"""Credentials stay out of everything a run writes (``trainwell/utils/secrets.py``): the pickled and the JSON arguments
 of every checkpoint and of ``save_model``, ``trainer_state.json``, the run's log file, the model card and the logs; a
 resume from such a checkpoint takes the credential from its new arguments."""
 
@@ -11,7 +11,7 @@ import torch
 
 from helpers import RegressionModel, regression_data
 from trainwell import Trainer, TrainingArguments
-from trainwell.args.secrets import is_secret_field, without_secrets
+from trainwell.utils.secrets import is_secret_field, without_secrets
 from trainwell.callbacks.logfile import LogFileCallback
 
 SECRET = "hf_SECRETVALUE0123456789abcdefXYZ"

@@ -343,7 +343,7 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain values (enums as strings, a ``dtype`` in a dict field as its name); credentials
         (:mod:`.secrets`) masked as ``<NAME>``."""
-        from .secrets import is_secret_field
+        from ..utils.secrets import is_secret_field
 
         out = {f.name: _plain(getattr(self, f.name)) for f in fields(self) if f.init}
         for key, value in out.items():

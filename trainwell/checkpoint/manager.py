@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..args.secrets import without_secrets
+from ..utils.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from . import layout
 from .layout import CheckpointError

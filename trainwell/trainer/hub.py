@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from ..args.secrets import without_secrets
+from ..utils.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.option_enums import HubStrategy, SaveStrategy
 from .output_dir import require_output_dir

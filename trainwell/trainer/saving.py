@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..args.secrets import without_secrets
+from ..utils.secrets import without_secrets
 from ..backends.base import WeightsNotGathered
 from ..utils.model_utils import unwrap_model
 from .output_dir import require_output_dir
