@@ -113,7 +113,7 @@ def worker(ns: argparse.Namespace) -> int:
     output_dir = trainer.args.output_dir
     last = get_last(output_dir) if "://" in output_dir or os.path.isdir(output_dir) else None
 
-    class Events(lib.TrainerCallback):  # type: ignore[name-defined,misc]
+    class Events(lib.TrainerCallback):  # type: ignore[name-defined]
         """Steps and the time each save blocks the training thread, to the events file."""
 
         step_end = 0.0
@@ -162,7 +162,8 @@ def _launch(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, event
                "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(events.with_suffix(".stderr"), "wb") as stderr:  # a file: a full pipe would stall the job
+        return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 @dataclass
@@ -187,6 +188,23 @@ def _run_attempt(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, 
     events.unlink(missing_ok=True)
     attempt = Attempt(launched=time.time())
     proc = _launch(cfg, side, output_dir, workdir, events)
+    try:
+        _watch(cfg, proc, attempt, events, kills)
+    finally:  # the supervisor interrupted: its job goes with it
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    attempt.ended = time.time()
+    stderr = events.with_suffix(".stderr").read_text(errors="replace")
+    attempt.returncode = proc.returncode
+    if attempt.killed_in is None and proc.returncode != 0:
+        attempt.error = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
+    return attempt
+
+
+def _watch(cfg: GoodputConfig, proc: subprocess.Popen[bytes], attempt: Attempt, events: Path,
+           kills: list[tuple[int, float]]) -> None:
+    """Follow the job's events until it exits, or SIGKILL it at the first pending kill moment it reaches."""
     offset, kill_at, in_save = 0, None, False
     step_times: list[float] = []
     while True:
@@ -217,17 +235,8 @@ def _run_attempt(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, 
             attempt.killed_in = "save" if in_save else "step"
             break
         if time.time() - attempt.launched > cfg.launch_timeout:
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"{side}: a launch ran over {cfg.launch_timeout} s")
+            raise RuntimeError(f"a launch ran over {cfg.launch_timeout} s")
         time.sleep(0.02)
-    attempt.ended = time.time()
-    assert proc.stderr is not None
-    stderr = proc.stderr.read().decode(errors="replace")
-    attempt.returncode = proc.returncode
-    if attempt.killed_in is None and proc.returncode != 0:
-        attempt.error = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
-    return attempt
 
 
 def _remove(output_dir: str) -> None:
@@ -274,26 +283,36 @@ def run_one(cfg: GoodputConfig, side: str, k: int, workdir: Path, log: Any = pri
         "saves": sum(len(a.saves) for a in attempts), "save_blocked": sum(sum(a.saves) for a in attempts),
         "fingerprint": attempts[-1].fingerprint, "load_average": os.getloadavg(),
     }
+    errors = [a.error for a in attempts if a.error]
     log(f"{side:<16} K={k}  {row['launches']} launch(es)  wall {total:7.1f} s  redone {row['steps_redone']:3d}  "
-        f"save blocked {row['save_blocked']:6.2f} s  {'finished' if finished else 'UNRECOVERABLE: ' + row['errors'][-1]}"
-        f"  load {os.getloadavg()[0]:.2f}")
+        f"save blocked {row['save_blocked']:6.2f} s  {'finished' if finished else 'UNRECOVERABLE: ' + errors[-1]}"
+        f"  load {os.getloadavg()[0]:.2f}", flush=True)
     return row
 
 
-def run(cfg: GoodputConfig, workdir: Path, log: Any = print) -> dict[str, Any]:
-    """Every K for every side, interleaved by side within each K (load hits the sides alike); goodput from K=0."""
+def run(cfg: GoodputConfig, workdir: Path, log: Any = print, partial: Path | None = None) -> dict[str, Any]:
+    """Every K for every side, interleaved by side within each K (load hits the sides alike); goodput from K=0.
+    ``partial``: a json file rewritten after each run (the rows so far)."""
     rows: list[dict[str, Any]] = []
     result: dict[str, Any] = {"config": asdict(cfg), "load_average_start": os.getloadavg(), "rows": rows}
     for k in cfg.ks:
         for side in cfg.sides:
             rows.append(run_one(cfg, side, k, workdir, log))
+            _finish(result)
+            if partial is not None:
+                partial.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _finish(result: dict[str, Any]) -> None:
+    """Goodput and the exact-resume check of every row, from its side's K=0 row."""
+    rows = result["rows"]
     for row in rows:
         base = next((r for r in rows if r["side"] == row["side"] and r["k"] == 0 and r["finished"]), None)
         row["goodput"] = None if base is None or not row["finished"] else base["wall_seconds"] / row["wall_seconds"]
         row["final_weights_match_k0"] = None if base is None or row["fingerprint"] is None else (
             row["fingerprint"] == base["fingerprint"])
     result["load_average_end"] = os.getloadavg()
-    return result
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -357,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack:
         workdir = ns.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="goodput-bench-")))
         workdir.mkdir(parents=True, exist_ok=True)
-        result = run(cfg, workdir)
+        result = run(cfg, workdir, partial=ns.json)
     print("\n" + format_report(result))
     if ns.json:
         ns.json.write_text(json.dumps(result, indent=2))
