@@ -34,8 +34,10 @@ Sides: ``trainwell`` (defaults: synchronous save), ``trainwell_async`` (``async_
     python bench/goodput.py --sides trainwell upstream --json goodput.json     # 24 launches, ~25 min there
     python bench/goodput.py --quick                  # smoke test: tiny sizes
 
-``--store URL`` puts trainwell's checkpoints on an fsspec URL (``output_dir`` given as ``URL/<side>-k<K>``; needs
-trainwell's object-store checkpoints); upstream has no object-store checkpoints, so only the trainwell sides run.
+``--store URL`` keeps trainwell's checkpoints on an fsspec URL (``checkpoint_store=URL/<side>-k<K>``, with
+``--storage-options JSON``); ``--store moto`` starts a local S3 server (moto) for the run. Every relaunch then starts
+on an empty local disk, as a new machine would, and resumes from the store (``resume_from_checkpoint="auto"``).
+Upstream has no object-store checkpoints, so only the trainwell sides run.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class GoodputConfig:
     max_failed_launches: int = 2
     launch_timeout: float = 600.0
     store: str | None = None
+    storage_options: dict[str, Any] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ the job
@@ -108,10 +111,13 @@ def worker(ns: argparse.Namespace) -> int:
     data = mf.build_data(cfg, tokenizer)
     extra = {**extra, "save_strategy": "steps", "save_steps": ns.save_steps, "save_total_limit": 2,
              "report_to": "none", "disable_tqdm": True, "output_dir": ns.output_dir}
+    if ns.store:  # a new machine: an empty local disk, the checkpoints on the store
+        shutil.rmtree(ns.output_dir, ignore_errors=True)
+        extra.update(checkpoint_store=ns.store, storage_options=json.loads(ns.storage_options or "null"))
     trainer, _ = mf.make_trainer(library, extra, cfg, data, tokenizer, Path(ns.workdir))
     get_last = importlib.import_module(f"{library}.trainer_utils").get_last_checkpoint
     output_dir = trainer.args.output_dir
-    last = get_last(output_dir) if "://" in output_dir or os.path.isdir(output_dir) else None
+    last: Any = "auto" if ns.store else get_last(output_dir) if os.path.isdir(output_dir) else None
 
     class Events(lib.TrainerCallback):  # type: ignore[name-defined]
         """Steps and the time each save blocks the training thread, to the events file."""
@@ -126,13 +132,27 @@ def worker(ns: argparse.Namespace) -> int:
             _emit(events, event="save", step=state.global_step, blocked=time.time() - self.step_end)
 
     trainer.add_callback(Events())
-    _emit(events, event="resume", checkpoint=None if last is None else os.path.basename(str(last)))
     with mf.quiet():
+        if ns.store:
+            trainer.add_callback(_ResumeEvent(lib, events))
+        else:
+            _emit(events, event="resume", checkpoint=None if last is None else os.path.basename(str(last)))
         trainer.train(resume_from_checkpoint=last)
     with torch.no_grad():
         fingerprint = sum(float(p.double().abs().sum()) for p in trainer.model.parameters())
     _emit(events, event="end", step=trainer.state.global_step, fingerprint=fingerprint)
     return 0
+
+
+def _ResumeEvent(lib: Any, events: Path) -> Any:
+    """A callback reporting the checkpoint a store resume started from (known once train() has fetched it)."""
+
+    class ResumeEvent(lib.TrainerCallback):  # type: ignore[name-defined]
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            step = state.global_step
+            _emit(events, event="resume", checkpoint=f"checkpoint-{step}" if step else None)
+
+    return ResumeEvent()
 
 
 # ------------------------------------------------------------------------------------------ the supervisor
@@ -155,8 +175,10 @@ def _read_new(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     return [json.loads(line) for line in complete.splitlines() if line], offset + len(complete)
 
 
-def _launch(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, events: Path) -> subprocess.Popen[bytes]:
+def _launch(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, events: Path,
+            store: str | None = None) -> subprocess.Popen[bytes]:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", "--side", side, "--output-dir", output_dir,
+               *(["--store", store, "--storage-options", json.dumps(cfg.storage_options)] if store else []),
                "--workdir", str(workdir), "--events", str(events), "--steps", str(cfg.steps),
                "--save-steps", str(cfg.save_steps), "--batch-size", str(cfg.batch_size),
                "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed)]
@@ -183,11 +205,11 @@ class Attempt:
 
 
 def _run_attempt(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, events: Path,
-                 kills: list[tuple[int, float]]) -> Attempt:
+                 kills: list[tuple[int, float]], *, store: str | None = None) -> Attempt:
     """Launch once; SIGKILL at the first pending kill moment reached (popped from ``kills``)."""
     events.unlink(missing_ok=True)
     attempt = Attempt(launched=time.time())
-    proc = _launch(cfg, side, output_dir, workdir, events)
+    proc = _launch(cfg, side, output_dir, workdir, events, store)
     try:
         _watch(cfg, proc, attempt, events, kills)
     finally:  # the supervisor interrupted: its job goes with it
@@ -239,11 +261,11 @@ def _watch(cfg: GoodputConfig, proc: subprocess.Popen[bytes], attempt: Attempt, 
         time.sleep(0.02)
 
 
-def _remove(output_dir: str) -> None:
+def _remove(output_dir: str, storage_options: dict[str, Any] | None = None) -> None:
     if "://" in output_dir:
         import fsspec
 
-        fs, path = fsspec.core.url_to_fs(output_dir)
+        fs, path = fsspec.core.url_to_fs(output_dir, **(storage_options or {}))
         if fs.exists(path):
             fs.rm(path, recursive=True)
     else:
@@ -253,14 +275,18 @@ def _remove(output_dir: str) -> None:
 def run_one(cfg: GoodputConfig, side: str, k: int, workdir: Path, log: Any = print) -> dict[str, Any]:
     """One side under K kills: launches until the job finishes (or the restart policy gives up)."""
     name = f"{side}-k{k}"
-    output_dir = f"{cfg.store.rstrip('/')}/{name}" if cfg.store else str(workdir / name)
+    output_dir = str(workdir / name)
+    store = f"{cfg.store.rstrip('/')}/{name}" if cfg.store else None
     _remove(output_dir)
+    if store:
+        _remove(store, cfg.storage_options)
     kills = kill_schedule(cfg, k)
     pending = list(kills)
     attempts: list[Attempt] = []
     failed_in_a_row = 0
     while True:
-        attempt = _run_attempt(cfg, side, output_dir, workdir / "scratch", workdir / f"{name}.events", pending)
+        attempt = _run_attempt(cfg, side, output_dir, workdir / "scratch", workdir / f"{name}.events", pending,
+                               store=store)
         attempts.append(attempt)
         if attempt.killed_in is None and attempt.returncode == 0:
             break
@@ -268,6 +294,8 @@ def run_one(cfg: GoodputConfig, side: str, k: int, workdir: Path, log: Any = pri
         if failed_in_a_row >= cfg.max_failed_launches:
             break
     _remove(output_dir)
+    if store:
+        _remove(store, cfg.storage_options)
     finished = attempts[-1].returncode == 0 and attempts[-1].killed_in is None
     total = attempts[-1].ended - attempts[0].launched
     steps_done = sum(len(a.steps) for a in attempts)
@@ -345,6 +373,32 @@ def format_report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _moto_bucket() -> Any:
+    """A local S3 server (moto) with one bucket for the run: yields its URL and storage options."""
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
+                                                                        "region_name": "us-east-1"}}
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1", aws_access_key_id="bench",
+                     aws_secret_access_key="bench").create_bucket(Bucket="goodput")
+        yield "s3://goodput", options
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -358,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=GoodputConfig.batch_size)
     parser.add_argument("--seq-len", type=int, default=GoodputConfig.seq_len)
     parser.add_argument("--seed", type=int, default=GoodputConfig.seed)
-    parser.add_argument("--store", help="fsspec URL for trainwell's checkpoints (object store)")
+    parser.add_argument("--store", help="fsspec URL for trainwell's checkpoints (object store); 'moto': a local S3 "
+                        "server started for the run")
+    parser.add_argument("--storage-options", help="fsspec storage options of --store, as JSON")
     parser.add_argument("--quick", action="store_true", help="smoke test: 8 steps, save every 2, batch 4, seq 16")
     parser.add_argument("--json", type=Path, help="also write the raw results to this json file")
     parser.add_argument("--workdir", type=Path, help="where the runs write (default: a temporary folder)")
@@ -373,7 +429,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg.sides = ns.sides or ([s for s in SIDES if SIDES[s][0] == "trainwell"] if cfg.store else list(SIDES))
     if cfg.store and "upstream" in cfg.sides:
         parser.error("--store: upstream has no object-store checkpoints; pass --sides trainwell trainwell_async")
+    cfg.storage_options = json.loads(ns.storage_options) if ns.storage_options else None
     with contextlib.ExitStack() as stack:
+        if cfg.store == "moto":
+            cfg.store, cfg.storage_options = stack.enter_context(_moto_bucket())
         workdir = ns.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="goodput-bench-")))
         workdir.mkdir(parents=True, exist_ok=True)
         result = run(cfg, workdir, partial=ns.json)
