@@ -27,6 +27,7 @@ from ..callbacks.state import TrainerControl, TrainerState
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity
+from .resume_arguments import warn_changed_arguments
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ..args.fields import TrainingArguments
@@ -401,6 +402,7 @@ class TrainerCheckpoints:
         if loaded is None:
             return None
         trainer = self._trainer
+        warn_changed_arguments(self.args, loaded)
         loaded.is_local_process_zero = trainer.is_local_process_zero()
         loaded.is_world_process_zero = trainer.is_world_process_zero()
         loaded.compute_steps(self.args, plan.max_steps)
