@@ -110,3 +110,41 @@ def test_resume_with_changed_arguments_warns_in_upstreams_words(tmp_path, caplog
     monkeypatch.setattr(logging.getLogger("transformers"), "propagate", True)
     assert _changed_arguments_warning(transformers, tmp_path / "transformers", caplog) == expected
     assert _changed_arguments_warning(trainwell, tmp_path / "trainwell", caplog) == expected
+
+
+def _to_shards(folder) -> None:
+    """Replace ``folder``'s model.safetensors by one shard per tensor and an index, as a user converting it would."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    names = {key: f"model-{i + 1:05d}-of-{len(state):05d}.safetensors" for i, key in enumerate(sorted(state))}
+    for key, name in names.items():
+        save_file({key: state[key].contiguous()}, folder / name)
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": names}))
+
+
+def _resharded_resume(lib, output_dir) -> dict[str, torch.Tensor]:
+    def trainer():
+        torch.manual_seed(0)
+        return lib.Trainer(model=RegressionModel(), train_dataset=regression_data(32),
+                           args=_args(lib, output_dir, max_steps=4, save_strategy="steps", save_steps=2,
+                                      learning_rate=0.1))
+
+    full = trainer()
+    full.train()
+    _to_shards(output_dir / "checkpoint-2")
+    resumed = trainer()
+    resumed.train(resume_from_checkpoint=str(output_dir / "checkpoint-2"))
+    for name, tensor in full.model.state_dict().items():  # the ground truth: the uninterrupted run
+        torch.testing.assert_close(resumed.model.state_dict()[name], tensor, rtol=0, atol=0)
+    return {k: v.clone() for k, v in resumed.model.state_dict().items()}
+
+
+def test_checkpoint_converted_to_shards_after_saving_resumes_as_upstream(tmp_path):
+    upstream = _resharded_resume(transformers, tmp_path / "transformers")
+    ours = _resharded_resume(trainwell, tmp_path / "trainwell")
+    for name, tensor in upstream.items():
+        torch.testing.assert_close(ours[name], tensor)
