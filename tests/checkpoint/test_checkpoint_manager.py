@@ -132,7 +132,7 @@ def test_rotation_limit_two_deletes_oldest_first(tmp_path):
 def test_resolve_resume(tmp_path):
     manager = CheckpointManager(tmp_path / "out")
     assert manager.resolve_resume(None) is None and manager.resolve_resume(False) is None
-    with pytest.raises(ValueError, match="no valid checkpoint found in .*out"):
+    with pytest.raises(ValueError, match=r"No valid checkpoint found in output directory \(.*out\)"):
         manager.resolve_resume(True)
     manager.save(3, _setup(0, steps=0))
     manager.save(7, _setup(0, steps=0))
@@ -174,7 +174,7 @@ def test_load_latest_valid_raises_when_all_damaged_and_model_untouched(tmp_path)
     with pytest.raises(CheckpointError, match="optimizer.pt"):
         manager.load_latest_valid(dst)
     assert _same(_weights(dst), before)  # validated everything before applying anything
-    with pytest.raises(ValueError, match="no valid checkpoint found"):
+    with pytest.raises(ValueError, match="No valid checkpoint found in output directory"):
         CheckpointManager(tmp_path / "empty").load_latest_valid(dst)
 
 

@@ -114,7 +114,7 @@ def load_agreed(manager: ResumingManager, folders: list[Path], contents: Any, *,
     empty and CheckpointError when none loads.
     """
     if not folders:
-        raise ValueError(f"no valid checkpoint found in {manager.output_dir}")
+        raise ValueError(f"No valid checkpoint found in output directory ({manager.output_dir})")
     share = local_share(manager.rank, manager.world_size)
     failures: list[str] = []
     for i, folder in enumerate(folders):

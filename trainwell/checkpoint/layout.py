@@ -376,6 +376,21 @@ def marker_files(folder: str | os.PathLike) -> dict[str, dict[str, Any]]:
     return dict(read_marker(folder)["files"])
 
 
+#: a single weights file -> the index of the sharded form a user may convert it to (upstream loads either)
+_SHARDED_FORM = {"model.safetensors": "model.safetensors.index.json", "pytorch_model.bin": "pytorch_model.bin.index.json"}
+
+
+def _resharded(root: Path, rel: str) -> bool:
+    """Whether the weights file ``rel`` of ``root`` was replaced by its sharded form after saving: an index whose
+    shards all exist. Upstream loads such a checkpoint; reading the shards checks their tensors against the model."""
+    index = root / _SHARDED_FORM.get(rel, "-")
+    try:
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(shards) and all(isinstance(s, str) and (root / s).is_file() for s in shards)
+
+
 def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
                       select: Callable[[int, str], bool] | None = None) -> None:
     """Check that every file recorded in the marker exists with its recorded size and checksum.
@@ -392,6 +407,10 @@ def verify_checkpoint(folder: str | os.PathLike, *, checksums: bool = True,
             continue
         path = root / rel
         if not path.is_file():
+            if _resharded(root, rel):
+                logger.info("%s: %s was replaced by a sharded copy of the weights after saving; loading the shards",
+                            root, rel)
+                continue
             raise CheckpointError(f"{path}: file is missing from checkpoint {root} (it was deleted after saving)")
         actual, size = path.stat().st_size, entry["size"]
         if actual != size:

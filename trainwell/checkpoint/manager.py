@@ -313,12 +313,15 @@ class CheckpointManager:
         if resume_from_checkpoint is True:
             found = layout.list_resumable_checkpoints(self.output_dir)
             if not found:
-                raise ValueError(f"no valid checkpoint found in {self.output_dir} (resume_from_checkpoint=True); "
-                                 "train from scratch or pass the path of a checkpoint folder")
+                # upstream's first sentence, which scripts and tests match; then the way on
+                raise ValueError(f"No valid checkpoint found in output directory ({self.output_dir}) "
+                                 "(resume_from_checkpoint=True); train from scratch or pass the path of a checkpoint "
+                                 "folder")
             return found[-1]
         folder = Path(resume_from_checkpoint)
         if not folder.is_dir():
-            raise ValueError(f"resume_from_checkpoint={str(resume_from_checkpoint)!r}: no such checkpoint folder")
+            raise ValueError(f"Can't find a valid checkpoint at {resume_from_checkpoint} "
+                             f"(resume_from_checkpoint={str(resume_from_checkpoint)!r}: no such checkpoint folder)")
         if not layout.is_complete(folder):
             inside = layout.list_resumable_checkpoints(folder)
             if inside:

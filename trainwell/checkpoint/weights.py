@@ -376,6 +376,20 @@ def _model_alias_groups(expected: Mapping[str, "torch.Tensor"]) -> list[list[str
     return [names for names in groups.values() if len(names) > 1]
 
 
+def _reshapes_on_load(model: "nn.Module") -> bool:
+    """Whether ``model``'s own class (not torch's, transformers' or peft's) overrides ``load_state_dict``: such a
+    model may resize a buffer to the saved shape there (a log of the batches seen, a growing memory), and upstream
+    hands it the saved tensors as they are, so its shapes are its own to check."""
+    import torch.nn as nn
+
+    for cls in type(model).__mro__:
+        if cls is nn.Module:
+            return False
+        if "load_state_dict" in vars(cls):
+            return cls.__module__.split(".")[0] not in ("torch", "transformers", "peft", "trainwell")
+    return False
+
+
 def match_state_dict(model: "nn.Module", state: dict[str, "torch.Tensor"], origin: Mapping[str, Path],
                      *, strict: bool = True, source: Path | str = "") -> dict[str, "torch.Tensor"]:
     """Check ``state`` against ``model`` without modifying it; returns the state dict ready to load.
@@ -400,7 +414,7 @@ def match_state_dict(model: "nn.Module", state: dict[str, "torch.Tensor"], origi
             "architecture that was saved, or pass strict=False to load the matching keys only"
         )
     for key, tensor in state.items():
-        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape):
+        if key in expected and tuple(tensor.shape) != tuple(expected[key].shape) and not _reshapes_on_load(model):
             raise CheckpointError(
                 f"{origin.get(key, source)}: key {key!r} has shape {tuple(tensor.shape)} in the file but "
                 f"{tuple(expected[key].shape)} in the model; the checkpoint belongs to a different model configuration"

@@ -1,0 +1,30 @@
+"""The warning a resume gives when its arguments differ from the checkpoint's (upstream's
+``compare_trainer_and_checkpoint_args``, in its words): the resumed run follows the new arguments."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..args.fields import TrainingArguments
+    from ..utils.trainer_state import TrainerState
+
+logger = logging.getLogger("trainwell.trainer.trainer")
+
+
+def warn_changed_arguments(args: TrainingArguments, saved: TrainerState) -> None:
+    """One warning listing the step intervals and the batch size that differ between ``args`` and the checkpoint's
+    trainer state, in upstream's words (``compare_trainer_and_checkpoint_args``): the resumed run follows ``args``."""
+    changed = [f"\n\t{name}: {getattr(args, name)} (from args) != {getattr(saved, name)} (from trainer_state.json)"
+               for name in ("logging_steps", "eval_steps", "save_steps")
+               if getattr(args, name, None) is not None and getattr(saved, name, None) is not None
+               and getattr(args, name) != getattr(saved, name)]
+    if saved.train_batch_size is not None:
+        saved_batch = saved.train_batch_size // max(1, args.n_gpu)
+        if args.per_device_train_batch_size != saved_batch:
+            changed.append(f"\n\tper_device_train_batch_size: {args.per_device_train_batch_size} (from args) != "
+                           f"{saved_batch} (from trainer_state.json)")
+    if changed:
+        logger.warning("Warning: The following arguments do not match the ones in the `trainer_state.json` within the "
+                       "checkpoint directory: %s", "".join(changed))
