@@ -54,9 +54,17 @@ def _default_optim() -> str:
         version = getattr(torch, "__version__", None)
         if version is None:
             spec = importlib.util.find_spec("torch")
+            if spec is None or spec.origin is None:
+                return "adamw_torch_fused"  # an unusual install: today's torch
             text = Path(spec.origin).with_name("version.py").read_text()
-            version = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text).group(1)
-        major, minor = (int(part) for part in re.match(r"(\d+)\.(\d+)", str(version)).groups())
+            found = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", text)
+            if found is None:
+                return "adamw_torch_fused"
+            version = found.group(1)
+        numbers = re.match(r"(\d+)\.(\d+)", str(version))
+        if numbers is None:
+            return "adamw_torch_fused"
+        major, minor = (int(part) for part in numbers.groups())
     except Exception:  # an unusual install: today's torch
         return "adamw_torch_fused"
     return "adamw_torch_fused" if (major, minor) >= (2, 8) else "adamw_torch"
@@ -87,7 +95,7 @@ def suggest_unknown_arguments(cls: type) -> type:
     import difflib
     import functools
 
-    init = cls.__init__
+    init = getattr(cls, "__init__")  # not cls.__init__: mypy calls reading __init__ off a type unsound
     names = frozenset(f.name for f in fields(cls) if f.init)
 
     @functools.wraps(init)
@@ -101,7 +109,7 @@ def suggest_unknown_arguments(cls: type) -> type:
             raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument: {', '.join(hints)}")
         init(self, *args, **kwargs)
 
-    cls.__init__ = __init__
+    setattr(cls, "__init__", __init__)
     return cls
 
 

@@ -173,11 +173,12 @@ class ArgParser(argparse.ArgumentParser):
         # argparse takes "-1e-3" (a negative number in exponent form) for an option and then says the option before
         # it "expected one argument"; every form of a negative number is a value here.
         self._negative_number_matcher = _NEGATIVE_NUMBER
-        if dataclass_types is None:
-            dataclass_types = []
-        elif dataclasses.is_dataclass(dataclass_types):
-            dataclass_types = [dataclass_types]
-        self.dataclass_types: list[type] = list(dataclass_types)
+        given: Any = dataclass_types  # one dataclass (an instance too: refused below, naming it) or an iterable
+        if given is None:
+            given = []
+        elif dataclasses.is_dataclass(given):
+            given = [given]
+        self.dataclass_types: list[type] = list(given)
         for dtype in self.dataclass_types:
             if not (isinstance(dtype, type) and dataclasses.is_dataclass(dtype)):
                 raise TypeError(f"ArgParser expects dataclass types, got {dtype!r}; pass the class, not an instance")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from ..utils.logging_utils import passive_level
 from ..utils.option_enums import ParallelMode
+from .field_types import FieldTypes
 from .validate import trainer_log_levels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-class RuntimeProperties:
+class RuntimeProperties(FieldTypes):
     """What the process and device are, as properties of :class:`~trainwell.TrainingArguments`."""
 
     def _runtime(self) -> tuple[Any, torch.device, int]:

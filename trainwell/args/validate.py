@@ -16,7 +16,7 @@ import warnings
 from dataclasses import fields
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from typing import Any, overload
 
 from ..utils.option_enums import (
     ExplicitEnum,
@@ -30,6 +30,7 @@ from ..utils.option_enums import (
 )
 from ..utils.preflight import coerce_field_types
 from .data_options import check_parallelism_config, resolve_data_options
+from .field_types import FieldTypes
 from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_integrations, is_kubeflow_available
 
 logger = logging.getLogger(__name__)
@@ -111,6 +112,10 @@ def _load_json(name: str, value: str) -> Any:
         raise ValueError(f"{name} file {value!r} is not valid JSON: {err}") from None
 
 
+@overload
+def _normalise_steps(name: str, value: float) -> float: ...
+@overload
+def _normalise_steps(name: str, value: None) -> None: ...
 def _normalise_steps(name: str, value: float | None) -> int | float | None:
     """A step count (int) or a ratio of the total training steps (float in (0, 1))."""
     if value is None:
@@ -122,6 +127,13 @@ def _normalise_steps(name: str, value: float | None) -> int | float | None:
     if value != int(value):
         raise ValueError(f"{name}={value} must be an integer when >= 1 (or a ratio in (0, 1) of the run).")
     return int(value)
+
+
+def _parsed_dict(name: str, value: dict | str | None) -> dict:
+    """A dict field read after ``_parse_dict_fields`` (which loads a JSON string or file): the dict, {} for None."""
+    if isinstance(value, str):  # only a subclass skipping _parse_dict_fields could leave one
+        raise ValueError(f"{name}={value!r} was not parsed: pass a dict or a JSON object string.")
+    return value or {}
 
 
 def _normalise_report_to(value: Any) -> list[str]:
@@ -152,7 +164,7 @@ def _runs_on_cpu(use_cpu: bool) -> bool:
     return not torch.cuda.is_available() and not (mps is not None and mps.is_available())
 
 
-class ArgumentValidation:
+class ArgumentValidation(FieldTypes):
     """The ``__post_init__`` of :class:`~trainwell.TrainingArguments`, one method per concern (subclasses such as
     ``TFTrainingArguments`` extend a step with ``super()``)."""
 
@@ -355,12 +367,15 @@ class ArgumentValidation:
                              "metrics; set eval_strategy to 'steps' or 'epoch'.")
 
     def _check_best_model_intervals(self) -> None:
-        if self.eval_strategy.value != self.save_strategy.value:
+        # enums since _convert_enums, and eval_steps set (not None) by _resolve_step_intervals with 'steps'
+        eval_strategy, save_strategy = IntervalStrategy(self.eval_strategy), SaveStrategy(self.save_strategy)
+        if eval_strategy.value != save_strategy.value:
             raise ValueError("load_best_model_at_end needs save_strategy and eval_strategy to match; got "
-                             f"eval_strategy={self.eval_strategy.value!r}, save_strategy={self.save_strategy.value!r}.")
-        if self.eval_strategy != IntervalStrategy.STEPS:
+                             f"eval_strategy={eval_strategy.value!r}, save_strategy={save_strategy.value!r}.")
+        if eval_strategy != IntervalStrategy.STEPS:
             return
         save, every = self.save_steps, self.eval_steps
+        assert every is not None
         if (save < 1) != (every < 1):
             raise ValueError("load_best_model_at_end needs save_steps to be a multiple of eval_steps, which "
                              "cannot be checked when mixing a ratio and a step count; use the same kind for both.")
@@ -416,8 +431,8 @@ class ArgumentValidation:
         value = "simple" if value is True else ("" if value in (False, None) else value)
         words = value.split() if isinstance(value, str) else list(value)
         # upstream 4.x also accepted "zero_dp_2 cpu_offload"
-        value = ["offload" if word == "cpu_offload" else word for word in words]
-        opts = _to_enum_list(ShardedDDPOption, value, "sharded_ddp")
+        names = ["offload" if word == "cpu_offload" else word for word in words]
+        opts = _to_enum_list(ShardedDDPOption, names, "sharded_ddp")
         self.sharded_ddp = opts
         if not opts:
             return
@@ -444,7 +459,7 @@ class ArgumentValidation:
             raise ValueError("fsdp='offload' cannot work alone; add it to 'full_shard' or 'shard_grad_op'.")
         if FSDPOption.FULL_SHARD in self.fsdp and FSDPOption.SHARD_GRAD_OP in self.fsdp:
             raise ValueError("fsdp: 'full_shard' and 'shard_grad_op' exclude each other; pick one.")
-        config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in (self.fsdp_config or {}).items()}
+        config = {(k[5:] if k.startswith("fsdp_") else k): v for k, v in _parsed_dict("fsdp_config", self.fsdp_config).items()}
         if self.fsdp_transformer_layer_cls_to_wrap is not None:
             _deprecated("fsdp_transformer_layer_cls_to_wrap", "fsdp_config['transformer_layer_cls_to_wrap']")
             config.setdefault("transformer_layer_cls_to_wrap", self.fsdp_transformer_layer_cls_to_wrap)
@@ -476,7 +491,7 @@ class ArgumentValidation:
         for name in ("dispatch_batches", "split_batches"):
             if getattr(self, name) is not None:
                 _deprecated(name, f"accelerator_config={{'{name}': ...}}")
-                self.accelerator_config = {**(self.accelerator_config or {}), name: getattr(self, name)}
+                self.accelerator_config = {**_parsed_dict("accelerator_config", self.accelerator_config), name: getattr(self, name)}
                 setattr(self, name, None)
         if self.torch_compile_backend is not None or self.torch_compile_mode is not None:
             self.torch_compile = True
@@ -536,7 +551,7 @@ class ArgumentValidation:
 
     def _check_accelerator_config(self) -> None:
         """The accelerate data-loading options: values that match trainwell's loaders, else an error."""
-        config = dict(self.accelerator_config or {})
+        config = dict(_parsed_dict("accelerator_config", self.accelerator_config))
         fixed = {"split_batches": False, "dispatch_batches": None, "even_batches": True,
                  "use_seedable_sampler": True, "non_blocking": False,
                  "gradient_accumulation_kwargs": None, "use_configured_state": False}
