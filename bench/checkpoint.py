@@ -47,9 +47,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainwell.checkpoint.manager import CheckpointContents, CheckpointManager  # noqa: E402
-from trainwell.checkpoint.rng import capture_rng_state, restore_rng_state  # noqa: E402
-from trainwell.optim.schedules import get_linear_schedule_with_warmup  # noqa: E402
+from trainwell.checkpoint.manager import CheckpointContents, CheckpointManager
+from trainwell.checkpoint.rng import capture_rng_state, restore_rng_state
+from trainwell.optim.schedules import get_linear_schedule_with_warmup
 
 
 def build_state(params: int, hidden: int) -> tuple[nn.Module, torch.optim.Optimizer, object]:

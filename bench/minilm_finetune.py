@@ -332,7 +332,7 @@ def format_report(result: dict[str, Any]) -> str:
              f"{'train (steps/s, whole train())':<34}{'trainwell':>10}{'upstream':>10}{'ratio':>8}"
              f"{'(median)':>10}{'(cpu)':>8}  optimizer (trainwell / upstream), max |weight diff|"]
     for config, row in s["train"].items():
-        best, median = row["steps_per_s_best"], row["steps_per_s_median"]
+        best = row["steps_per_s_best"]
         label = CONFIGS[config][0]
         opt = result["optimizer"][config]
         lines.append(f"{label:<34}{best['trainwell']:>10.3f}{best['transformers']:>10.3f}{row['ratio_best']:>8.3f}"

@@ -130,7 +130,7 @@ CONTEXTS = {"trainer": _trained_trainer}
 
 def _run_python(block: Block, namespace: dict) -> dict:
     code = compile(block.code, block.id, "exec")
-    exec(code, namespace)  # noqa: S102 - the documentation's own code
+    exec(code, namespace)
     return namespace
 
 

@@ -143,7 +143,7 @@ def test_no_kubeflow_outside_a_trainjob(tmp_path, monkeypatch):
 class _StatusServer(http.server.BaseHTTPRequestHandler):
     received: list[tuple[str, dict]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).received.append((self.headers["Authorization"], body))
         self.send_response(200)

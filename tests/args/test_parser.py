@@ -8,8 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import List, Literal, Optional, Union  # noqa: UP035
+from typing import List, Literal, Optional, Union
 
 import pytest
 

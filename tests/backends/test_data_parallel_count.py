@@ -43,7 +43,7 @@ class Net(nn.Module):
         super().__init__()
         self.lin = nn.Linear(2, 1)
 
-    def forward(self, x, labels=None, num_items_in_batch=None):  # noqa: ANN001, ANN201
+    def forward(self, x, labels=None, num_items_in_batch=None):
         return {"loss": ((self.lin(x).squeeze(-1) - labels) ** 2).sum() / num_items_in_batch}
 
 
@@ -55,7 +55,7 @@ def test_training_step_hands_compute_loss_the_per_gpu_count_and_scales_the_loss(
     seen = []
     original = trainer.compute_loss
 
-    def compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN202
+    def compute_loss(model, inputs, return_outputs=False, num_items_in_batch=None):
         seen.append(num_items_in_batch)
         return original(model, inputs, return_outputs, num_items_in_batch)
 

@@ -26,16 +26,16 @@ class Recorded(nn.Module):
         self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 1)
         self.to_calls: list[tuple] = []
 
-    def to(self, *args, **kwargs):  # noqa: ANN001, ANN201
+    def to(self, *args, **kwargs):
         self.to_calls.append((args, kwargs))
         return super().to(*args, **kwargs)
 
-    def forward(self, x, labels=None):  # noqa: ANN001, ANN201
+    def forward(self, x, labels=None):
         pred = self.b(self.a(x)).squeeze(-1)
         return {"loss": nn.functional.mse_loss(pred, labels), "logits": pred}
 
 
-def _args(tmp_path, **kw) -> TrainingArguments:  # noqa: ANN001
+def _args(tmp_path, **kw) -> TrainingArguments:
     return TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", save_strategy="no", **kw)
 
 

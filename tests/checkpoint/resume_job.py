@@ -34,8 +34,8 @@ from torch import nn
 # the checkout's trainwell first: the repository root is the folder above tests/, however deep this file is
 sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if p.name == "tests").parent))
 
-from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed  # noqa: E402
-from trainwell.trainer_utils import get_last_checkpoint  # noqa: E402
+from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed
+from trainwell.trainer_utils import get_last_checkpoint
 
 NUM_TRAIN = 44  # 11 micro-batches of 4 per epoch: 5 full accumulation groups and a last one of 1
 NUM_EVAL = 12
@@ -82,7 +82,7 @@ class Interrupt(TrainerCallback):
         self.kill_at = kill_at
         self.term_at = term_at
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+    def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
         if state.global_step == self.term_at:

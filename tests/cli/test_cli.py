@@ -6,7 +6,6 @@ import json
 import re
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 

@@ -303,7 +303,7 @@ def test_a_resume_takes_its_own_rank_running_loss():
 def test_loss_divisors_weigh_micro_batches_by_rows():
     from trainwell.loops.train_loop import loss_divisors
 
-    batch = lambda rows: {"x": torch.zeros(rows, 3), "labels": torch.zeros(rows)}  # noqa: E731
+    batch = lambda rows: {"x": torch.zeros(rows, 3), "labels": torch.zeros(rows)}
     assert loss_divisors([batch(2)]) == [1]
     assert loss_divisors([batch(2), batch(2), batch(2)]) == [3, 3, 3]
     assert loss_divisors([batch(2), batch(2), batch(1)]) == [2.5, 2.5, 5.0]

@@ -57,14 +57,14 @@ class Begin(TrainerCallback):
         self.trainer = None
         self.join_at = int(os.environ.get("JOIN_SAVE_AT", "-1"))
 
-    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+    def on_train_begin(self, args, state, control, **kwargs):
         say(f"RANK{RANK} BEGIN_STEP {state.global_step}")
 
-    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+    def on_step_begin(self, args, state, control, **kwargs):
         if state.global_step == self.join_at:
             self.trainer._tw_checkpoints.async_saver.join()
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+    def on_step_end(self, args, state, control, **kwargs):
         if os.environ.get("TERM_AT_STEP") == f"{state.global_step}:{RANK}":
             os.kill(os.getpid(), signal.SIGTERM)
 

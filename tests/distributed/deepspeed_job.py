@@ -14,9 +14,9 @@ from types import SimpleNamespace
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
+import torch
+from torch import nn
+from torch.nn import functional as F
 
 torch.set_num_threads(1)
 

@@ -12,9 +12,9 @@ import sys
 os.environ.update(MASTER_ADDR="localhost", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", DS_ACCELERATOR="cpu")
 sys.path.insert(0, os.path.dirname(__file__))
 
-from deepspeed_job import MLP, make_data, zero  # noqa: E402
+from deepspeed_job import MLP, make_data, zero
 
-from trainwell import Trainer, TrainingArguments, set_seed  # noqa: E402
+from trainwell import Trainer, TrainingArguments, set_seed
 
 curves = {}
 for name, config in (("plain", None), ("zero2", zero(2)), ("zero3", zero(3))):

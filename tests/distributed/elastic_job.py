@@ -21,8 +21,8 @@ from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
 torch.set_num_threads(1)
 

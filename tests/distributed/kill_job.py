@@ -27,8 +27,8 @@ from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
 torch.set_num_threads(1)
 
@@ -65,11 +65,11 @@ class KillAtStep(TrainerCallback):
         step, _, rank = spec.partition(":")
         self.step = int(step) if spec and int(rank) == RANK else None
 
-    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+    def on_train_begin(self, args, state, control, **kwargs):
         say(f"RANK{RANK} BEGIN_STEP {state.global_step}")
         return control
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102 - TrainerCallback hook
+    def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
         return control

@@ -16,7 +16,7 @@ from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import torch  # noqa: E402
+import torch
 
 torch.set_num_threads(1)
 

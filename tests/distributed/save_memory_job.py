@@ -19,8 +19,8 @@ from pathlib import Path
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
 torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).resolve().parent))

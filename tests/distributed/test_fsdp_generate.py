@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

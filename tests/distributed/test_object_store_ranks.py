@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import subprocess
 import sys
 
 from helpers.launch import child_env, free_port, run, start, torchrun, wait

@@ -38,7 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     ref_proc = start([sys.executable, WORKER, ref_dir, *REF_SCENARIOS])
     ref_out = wait(ref_proc, "the 1-process reference run", timeout=TIMEOUT_S).stdout
     dist_out = wait(dist_proc, "the 2-rank torchrun launch", timeout=TIMEOUT_S).stdout
-    load = lambda folder, names: {n: json.loads((folder / f"{n}.json").read_text()) for n in names}  # noqa: E731
+    load = lambda folder, names: {n: json.loads((folder / f"{n}.json").read_text()) for n in names}
     return {"dist": load(dist_dir, DIST_SCENARIOS), "ref": load(ref_dir, REF_SCENARIOS),
             "output": dist_out, "ref_output": ref_out}
 

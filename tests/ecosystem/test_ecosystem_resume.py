@@ -44,7 +44,7 @@ def stop_and_resume(prefix: list[str], job_args: list[str], out: Path, *, suffix
     returns each run's folder."""
     folders = {side: out / side for side in ("full", "stopped", "resumed")}
     script = str(JOBS / job_args[0])
-    cmd = lambda side, *more: [*prefix, script, *job_args[1:], str(folders[side]), *suffix, *more]  # noqa: E731
+    cmd = lambda side, *more: [*prefix, script, *job_args[1:], str(folders[side]), *suffix, *more]
     procs = {"full": launch.start(cmd("full")), "stopped": launch.start(cmd("stopped", "--stop-at", str(STOP)))}
     for side, proc in procs.items():
         launch.wait(proc, f"{job_args} ({side})", timeout=timeout)

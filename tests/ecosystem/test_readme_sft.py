@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from world import build_tiny_llama  # noqa: E402
+from world import build_tiny_llama
 
 pytestmark = pytest.mark.slow
 README = Path(__file__).resolve().parents[2] / "README.md"

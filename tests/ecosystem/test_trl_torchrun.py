@@ -10,15 +10,14 @@ divides by its own count. 2 ranks x 2 rows a batch: the global batch of the one-
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 pytest.importorskip("trl")
 
-from helpers import launch  # noqa: E402
-from parity import JOBS, final_weights_difference, largest_difference  # noqa: E402
-from world import build_tiny_llama  # noqa: E402
+from helpers import launch
+from parity import JOBS, final_weights_difference, largest_difference
+from world import build_tiny_llama
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 STEPS = 6

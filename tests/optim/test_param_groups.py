@@ -204,7 +204,7 @@ def test_a_learning_rate_mapping_override_gives_several_groups(tmp_path):
             super().__init__()
             self.net = model
 
-        def forward(self, input, labels):  # noqa: A002 (the data's column name)
+        def forward(self, input, labels):
             return {"loss": F.mse_loss(self.net(input).squeeze(-1), labels)}
 
     trainer = MappingTrainer(model=Wrapped(), args=args, train_dataset=data)

@@ -76,8 +76,8 @@ def test_the_deepspeed_watch_says_build_not_address_while_a_lock_exists(extensio
     lock = _lock(extensions, 30)
     message = RendezvousWatch(env, 1800, extension_builds=True).message(35)
     assert message.startswith("trainwell: rank 0 hosts the rendezvous at ")
-    assert f"waits for rank 1 (at least one has not joined): 35 s so far; a torch extension build is in progress " \
-           f"('cpu_adam'" in message and str(lock) in message
+    assert "waits for rank 1 (at least one has not joined): 35 s so far; a torch extension build is in progress " \
+           "('cpu_adam'" in message and str(lock) in message
     assert "MASTER_ADDR" not in message
     lock.unlink()
     assert "MASTER_ADDR/MASTER_PORT" in RendezvousWatch(env, 1800, extension_builds=True).message(35)

@@ -16,7 +16,7 @@ def test_the_device_is_set_up_before_the_memory_tracker_starts(tmp_path, monkeyp
     at_start = []
     original = memory.TrainerMemoryTracker.start
 
-    def start(self, stage=None):  # noqa: ANN001, ANN202
+    def start(self, stage=None):
         at_start.append(args.__dict__.get("_devices_set_up"))
         return original(self, stage or "init")  # (the tracker names its stage after its caller)
 

@@ -19,7 +19,7 @@ class Net(nn.Module):
         torch.manual_seed(0)
         self.lin = nn.Linear(2, 1)
 
-    def forward(self, x, labels=None):  # noqa: ANN001, ANN201
+    def forward(self, x, labels=None):
         pred = self.lin(x).squeeze(-1)
         return {"loss": ((pred - labels) ** 2).mean(), "pred": pred}
 
@@ -31,7 +31,7 @@ def _data() -> list[dict[str, torch.Tensor]]:
 
 
 class Recording(Trainer):
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):  # noqa: ANN001, ANN201
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         self.models_seen.append(model)
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
 

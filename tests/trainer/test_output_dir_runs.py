@@ -9,7 +9,6 @@ import os
 import signal
 from pathlib import Path
 
-import pytest
 import torch
 
 from helpers import RegressionModel, regression_data

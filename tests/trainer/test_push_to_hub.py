@@ -67,7 +67,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
         def _body(self) -> bytes:
             return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             auth = self.headers.get("Authorization", "")
             body, path = self._body(), unquote(urlparse(self.path).path)
             endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -109,7 +109,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 hub.unknown.append(f"POST {path}")
             self._reply(404, {"error": f"not implemented by the test hub: {path}"})
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             with hub.lock:
                 hub.unknown.append(f"GET {self.path}")
             self._reply(404, {"error": "not implemented by the test hub"})

@@ -563,7 +563,7 @@ def test_callback_management(tiny, make_args):
     from trainwell import DefaultFlowCallback, PrinterCallback
 
     trainer = Trainer(model=tiny.RegressionModel(), args=make_args())
-    types = lambda: [type(c) for c in trainer.callback_handler.callbacks]  # noqa: E731
+    types = lambda: [type(c) for c in trainer.callback_handler.callbacks]
     assert DefaultFlowCallback in types() and PrinterCallback in types()
     stopper = StopAtStep(2)
     trainer.add_callback(stopper)

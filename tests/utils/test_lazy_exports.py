@@ -19,7 +19,7 @@ def test_every_listed_name_resolves_once_and_unknown_names_raise(package):
         value = getattr(module, name)
         assert vars(module)[name] is value  # cached: the next lookup does not go through __getattr__
     with pytest.raises(AttributeError, match=rf"module '{package}' has no attribute 'no_such_name'"):
-        module.no_such_name  # noqa: B018
+        module.no_such_name
 
 
 @pytest.mark.slow

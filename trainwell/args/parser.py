@@ -115,7 +115,7 @@ def _union_kwargs(name: str, tp: Any) -> tuple[Any, dict[str, Any] | None]:
     if len(choice_like) == 1 and set(members) - set(choice_like) <= {str}:
         return choice_like[0], None  # Union[IntervalStrategy, str]: the enum's values are the choices (as upstream)
     if str in members or dict in members or any(get_origin(m) is dict for m in members):
-        lists = [m for m in members if get_origin(m) in (list, typing.List)]  # noqa: UP006
+        lists = [m for m in members if get_origin(m) in (list, typing.List)]
         if lists:
             return tp, {"type": str, "nargs": "+", "action": _OneOrMany}
         return tp, {"type": str}
@@ -133,7 +133,7 @@ def _type_kwargs(name: str, tp: Any) -> dict[str, Any]:
             return done
     if tp is bool:
         return {"type": string_to_bool, "nargs": "?", "const": True}
-    if get_origin(tp) in (list, typing.List) or tp is list:  # noqa: UP006
+    if get_origin(tp) in (list, typing.List) or tp is list:
         item = get_args(tp)[0] if get_args(tp) else str
         return {"nargs": "+", **_item_kwargs(item)}
     return _item_kwargs(tp)

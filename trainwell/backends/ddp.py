@@ -165,7 +165,7 @@ class DDPBackend(SingleDeviceBackend):
             optimizer.consolidate_state_dict(to=rank)
             if rank == get_rank():
                 state = optimizer.state_dict()
-                write_atomic(Path(folder) / OPTIMIZER_NAME, lambda path: torch.save(state, path))
+                write_atomic(Path(folder) / OPTIMIZER_NAME, lambda path: torch.save(state, path))  # noqa: B023 - called at once
 
     def load(self, folder: Path) -> None:
         """With ZeRO: every rank reads ``optimizer.pt`` and keeps its share of the state (without: as one process)."""

@@ -352,36 +352,36 @@ class _CallbackList(list):
         if handler is not None and handler.__dict__.get("_callbacks") is self:
             handler._refresh()
 
-    def append(self, item: Any) -> None:  # noqa: D102 - list's own behaviour, then the refresh
+    def append(self, item: Any) -> None:
         super().append(item)
         self._changed()
 
-    def extend(self, items: Any) -> None:  # noqa: D102
+    def extend(self, items: Any) -> None:
         super().extend(items)
         self._changed()
 
-    def insert(self, index: Any, item: Any) -> None:  # noqa: D102
+    def insert(self, index: Any, item: Any) -> None:
         super().insert(index, item)
         self._changed()
 
-    def remove(self, item: Any) -> None:  # noqa: D102
+    def remove(self, item: Any) -> None:
         super().remove(item)
         self._changed()
 
-    def pop(self, index: Any = -1) -> Any:  # noqa: D102
+    def pop(self, index: Any = -1) -> Any:
         item = super().pop(index)
         self._changed()
         return item
 
-    def clear(self) -> None:  # noqa: D102
+    def clear(self) -> None:
         super().clear()
         self._changed()
 
-    def sort(self, *args: Any, **kwargs: Any) -> None:  # noqa: D102
+    def sort(self, *args: Any, **kwargs: Any) -> None:
         super().sort(*args, **kwargs)
         self._changed()
 
-    def reverse(self) -> None:  # noqa: D102
+    def reverse(self) -> None:
         super().reverse()
         self._changed()
 

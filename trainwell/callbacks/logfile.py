@@ -79,7 +79,7 @@ class LogFileCallback(TrainerCallback):
         if not state.is_world_process_zero or not getattr(args, "output_dir", None):
             return
         os.makedirs(args.output_dir, exist_ok=True)
-        self._file = open(Path(args.output_dir) / self.file_name, "a", encoding="utf-8")  # noqa: SIM115
+        self._file = open(Path(args.output_dir) / self.file_name, "a", encoding="utf-8")
         handler = logging.StreamHandler(self._file)
         handler.setLevel(self.level)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s",

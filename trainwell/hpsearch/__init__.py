@@ -19,7 +19,7 @@ from typing import Any, Callable, Literal, cast
 
 from ..callbacks import TrainerCallback
 from ..utils.outputs import BestRun
-from .trials import FIXED_AT_INIT, SearchScope, SearchTrainer, trial_arguments  # noqa: F401  (importable from here too)
+from .trials import FIXED_AT_INIT, SearchScope, SearchTrainer, trial_arguments
 
 logger = logging.getLogger("trainwell.hpsearch")
 

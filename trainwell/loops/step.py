@@ -112,7 +112,7 @@ class StepRunner:
 
     def forward_backward(self, inputs: Any, num_items: Any, divisor: Any) -> None:
         """Forward and backward of one micro-batch through ``training_step``, then its loss, tokens and FLOPs."""
-        trainer, loop = self.trainer, self.loop
+        loop = self.loop
         if self.count_tokens:
             tokens = self.count_input_tokens(inputs)
             loop.tokens_trained += tokens

@@ -140,7 +140,10 @@ class TrainerHub:
             tags += [t for t in (ModelCard.load(path).data.tags or []) if t not in tags]
         tags += [t for t in ("trainwell", "generated_from_trainer") if t not in tags]
         name = model_name or Path(output_dir).name
-        as_list = (lambda v: [v] if isinstance(v, str) else v)
+
+        def as_list(value: Any) -> Any:
+            return [value] if isinstance(value, str) else value
+
         data = ModelCardData(language=language, license=license, tags=tags, base_model=finetuned_from,
                              datasets=as_list(dataset), library_name="trainwell", model_name=name,
                              pipeline_tag=as_list(tasks)[0] if tasks else None)

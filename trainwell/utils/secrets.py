@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

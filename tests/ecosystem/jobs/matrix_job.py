@@ -31,7 +31,7 @@ if "--patch" in sys.argv:
     trainwell.patch_transformers()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from world import SENTENCES, preference_rows, text_rows  # noqa: E402
+from world import SENTENCES, preference_rows, text_rows
 
 STEPS, SAVE = 6, 3
 PROBE = ["the cat sat on the mat", "a big dog ran far"]
@@ -145,7 +145,7 @@ def build_st(case: str, world: Path, out: Path, callbacks: list):
     """The sentence-transformers trainer of ``case`` on the tiny BERT (the model class loads the plain folder)."""
     import sentence_transformers as st
     import sentence_transformers.cross_encoder.losses
-    import sentence_transformers.losses  # noqa: F401 (st.losses, st.cross_encoder.losses below)
+    import sentence_transformers.losses
     import torch
 
     bert = str(world / "bert")

@@ -22,8 +22,8 @@ if "--patch" in sys.argv:
     trainwell.patch_transformers()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from world import SENTENCES  # noqa: E402
-from job_options import option, stop_after_save  # noqa: E402
+from world import SENTENCES
+from job_options import option, stop_after_save
 
 
 def minilm_path() -> str:

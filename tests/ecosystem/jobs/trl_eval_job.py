@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from world import preference_rows  # noqa: E402
+from world import preference_rows
 
 EVAL_PAIRS, BATCH = 8, 4
 

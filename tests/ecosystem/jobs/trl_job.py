@@ -23,8 +23,8 @@ if "--patch" in sys.argv:
     trainwell.patch_transformers()
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from world import SENTENCES, WORDS, preference_rows, text_rows  # noqa: E402
-from job_options import option, stop_after_save  # noqa: E402
+from world import SENTENCES, WORDS, preference_rows, text_rows
+from job_options import option, stop_after_save
 
 
 def step_counter():

@@ -73,7 +73,7 @@ def _convert_here(folder: Path, tag: str, scratch: Path) -> tuple[str | None, st
         converted.mkdir()
         _convert(folder / tag, converted / f"{tag}_universal")
         test_hook("universal", int("".join(c for c in tag if c.isdigit()) or 0), get_rank())
-    except Exception as err:  # noqa: BLE001 - every rank must learn of it, not wait in a collective
+    except Exception as err:
         shutil.rmtree(converted, ignore_errors=True)
         return None, f"{type(err).__name__}: {err}"
     return str(converted), None

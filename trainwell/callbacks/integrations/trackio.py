@@ -75,7 +75,7 @@ class TrackioCallback(LazyTrackerCallback):
                     self._trackio.freeze(space_id=self._space_id, project=_project(args),
                                          new_space_id=_static_space_id(args),
                                          private=getattr(args, "hub_private_repo", None))
-                except Exception as err:  # noqa: BLE001 - the run is over: a failed snapshot must not fail it
+                except Exception as err:
                     logger.warning("Trackio could not freeze the Space after training: %s", err)
 
     def on_push_begin(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:

@@ -48,7 +48,7 @@ def environment_rows() -> list[tuple[str, str]]:
             rows.append(("cuDNN", str(torch.backends.cudnn.version())))
             try:
                 rows.append(("NCCL", ".".join(map(str, torch.cuda.nccl.version()))))
-            except Exception:  # noqa: BLE001 - a build without NCCL
+            except Exception:
                 rows.append(("NCCL", "unavailable"))
             for i in range(torch.cuda.device_count()):
                 props = torch.cuda.get_device_properties(i)

@@ -45,7 +45,7 @@ def load_charlm(folder: str | Path):  # -> (CharTransformerLM, CharVocab)
     model = charlm.build_model(**kwargs)
     try:
         state = load_state_dict_from_folder(folder)
-    except Exception as exc:  # noqa: BLE001 - CheckpointError names the file and the problem
+    except Exception as exc:
         raise CLIError(f"{folder}: cannot read the model weights ({' '.join(str(exc).split())})") from None
     model.load_state_dict(state)
     model.eval()

@@ -69,7 +69,7 @@ def run(argv: list[str]) -> int:
         return 1
     except KeyboardInterrupt:
         raise
-    except BaseException:  # noqa: BLE001 - the script's own error: shown as python would show it
+    except BaseException:
         traceback.print_exc()
         return 1
     finally:
