@@ -1,4 +1,4 @@
-"""Nothing the user asked for is skipped silently (issue 11): each case warns once or raises, naming why and the fix.
+"""Nothing the user asked for is skipped silently: each case warns once or raises, naming why and the fix.
 
 - ``compute_metrics`` given but impossible (no logits / no labels): one warning per reason;
 - string labels: an error naming the column and a label encoder (instead of "missing column" later);

@@ -1,4 +1,4 @@
-"""Issue 27, finding 12g: upstream 5.24's ``activation_checkpointing`` / ``activation_checkpointing_kwargs`` fields
+"""Upstream 5.24's ``activation_checkpointing`` / ``activation_checkpointing_kwargs`` fields
 (``gradient_checkpointing*`` their deprecated aliases, mirrored after ``__post_init__``) and ``ddp_static_graph``
 (DDP's ``static_graph``), with upstream's defaults, help and resolution; ``every_n_layers`` and ``offload`` come out
 of the kwargs as upstream's Trainer takes them out."""

@@ -1,4 +1,4 @@
-"""Arguments that used to be stored and never read, now doing what upstream documents (issue 12)."""
+"""Arguments that used to be stored and never read, now doing what upstream documents."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 27, finding 12c: ``torch_compile`` turns TF32 on where the GPU has it, as upstream's
+"""``torch_compile`` turns TF32 on where the GPU has it, as upstream's
 ``TrainingArguments.__post_init__`` (its TF32 step: ``enable_tf32(True)`` when ``tf32 is None and not fp16 or bf16``,
 an explicit ``tf32`` applied over it). The CPU shows the decision with an Ampere GPU faked; the CUDA flags are
 restored after each case."""

@@ -1,4 +1,4 @@
-"""Issue 27, finding 12b: ``torch_compile`` under DeepSpeed compiles inside the engine (``engine.compile(backend=...,
+"""``torch_compile`` under DeepSpeed compiles inside the engine (``engine.compile(backend=...,
 compile_kwargs=...)``, as accelerate's ``_prepare_deepspeed``) and keeps the engine as the object the loop calls;
 ``torch.compile`` on the engine would wrap it in an ``OptimizedModule`` without its ``backward``/``step``. The choice
 is the backend's capability (``caps.compiles_in_engine``), the loop never asks which backend it has."""

@@ -1,4 +1,4 @@
-"""The first hour as a user of the ``trainwell`` command (issue 11): one summary that fits 80 columns, plain progress
+"""The first hour as a user of the ``trainwell`` command: one summary that fits 80 columns, plain progress
 lines when the output is a file, preemption exit codes with the resume command, ``--resume_from_checkpoint auto``,
 one-line errors, ``trainwell env``, ``train.log``, ``trainwell plot`` and ``trainwell generate``."""
 

@@ -1,4 +1,4 @@
-"""A real Ctrl-C to ``trainwell train`` on a terminal (issue 17, items 4 and 5): each message starts on its own line
+"""A real Ctrl-C to ``trainwell train`` on a terminal: each message starts on its own line
 (none glued to the progress bar), the CLI gives its own resume command (not the Python API's), and train.log
 reports the speed of the steps that ran."""
 

@@ -1,4 +1,4 @@
-"""A second run into a used output_dir (issue 17, item 3): the CLI refuses a fresh run into another run's folder,
+"""A second run into a used output_dir: the CLI refuses a fresh run into another run's folder,
 ``--overwrite_output_dir`` starts over and says so, and a summary names only checkpoints this run wrote or resumed
 from. In Python, a fresh ``train()`` there warns and reports only its own checkpoints."""
 

@@ -175,7 +175,7 @@ def test_trainwell_resumes_older_upstream_weight_formats(upstream_runs, tmp_path
 
 def test_an_empty_marker_on_an_upstream_checkpoint_is_refused_naming_the_fix(upstream_runs, tmp_path):
     """``touch .complete`` on an upstream checkpoint: trainwell never writes an empty marker, so it reads as damage
-    (issue 18: emptied metadata must not turn the checksums off); the error says to delete the marker, and then the
+    (emptied metadata must not turn the checksums off); the error says to delete the marker, and then the
     folder resumes as the foreign checkpoint it is."""
     up_out, up_final = upstream_runs["across_epochs"]
     out = tmp_path / "out"

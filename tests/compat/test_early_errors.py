@@ -1,4 +1,4 @@
-"""Errors come before work is lost, and name the problem and the fix (issue 11, "the first hour as a user").
+"""Errors come before work is lost, and name the problem and the fix.
 
 Each test is a user's first script going wrong: the error now comes from the constructor (or, for a metric only
 known after an evaluation, after the checkpoint due at that step was written), never a raw ``OSError`` at the first

@@ -1,4 +1,4 @@
-"""Same seed, same numbers as the installed ``transformers`` on the CPU (issue 16, item 3).
+"""Same seed, same numbers as the installed ``transformers`` on the CPU.
 
 The oracle is upstream itself: the same script body runs under ``transformers.Trainer`` and ``trainwell.Trainer``
 and every logged loss, gradient norm, metric and the final weights must agree (relative 1e-5; in practice they are
@@ -29,7 +29,7 @@ import trainwell  # noqa: E402
 HERE = Path(__file__).resolve().parent
 JOB = HERE / "seed_parity_job.py"
 TIMING = ("runtime", "per_second")
-# Issue 16 item 2 (branch `acc`): upstream logs the rate the step used, trainwell the next one; compared there.
+# upstream logs the rate the step used, trainwell the next one; compared there.
 NOT_COMPARED = ("learning_rate",)
 
 
@@ -125,7 +125,7 @@ def test_mlm_collator_rejects_probabilities_over_one(tokenizer: Any) -> None:
         trainwell.DataCollatorForLanguageModeling(tokenizer, mask_replace_prob=0.8, random_replace_prob=0.3)
 
 
-# -- what a ported script prints (issue 16, item 4) ---------------------------------------------------------------
+# -- what a ported script prints ---------------------------------------------------------------
 @pytest.fixture
 def verbosity_restored():
     """Put both libraries' log levels back as found."""

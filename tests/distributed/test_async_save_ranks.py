@@ -165,7 +165,7 @@ def test_a_background_write_failing_on_rank_1_is_raised_on_both_ranks(tmp_path, 
     errors = _failed_run(out, env)
     assert errors[0][0] == errors[1][0] == raised_at, errors
     for _, message in errors.values():
-        first_line = message.splitlines()[0]  # names the cause (issue 17) on both ranks, and the save
+        first_line = message.splitlines()[0]  # names the cause on both ranks, and the save
         assert "No space left on device (test, rank 1)" in first_line and "checkpoint-6" in first_line, message
     assert [p.name for p in list_complete_checkpoints(out)] == ["checkpoint-3"]
     assert not [p for p in out.iterdir() if p.name.startswith(".tmp-")]  # the failed save's folder was removed

@@ -1,4 +1,4 @@
-"""Issue 27, finding 10 (FSDP half): ``predict_with_generate`` on a model FSDP2 sharded (2 ranks, gloo) generates
+"""``predict_with_generate`` on a model FSDP2 sharded (2 ranks, gloo) generates
 what one process generates from the same weights. FSDP2 gathers the parameters around ``forward`` only; T5's
 ``generate`` runs its encoder directly, on sharded (DTensor) weights, unless ``generate`` is registered as a forward
 method (``torch.distributed.fsdp.register_fsdp_forward_method``, as upstream's Trainer does for FSDP).

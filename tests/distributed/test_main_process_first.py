@@ -1,4 +1,4 @@
-"""Issue 27, finding 8: under torchrun, ``TrainingArguments.main_process_first()`` used before any Trainer makes the
+"""Under torchrun, ``TrainingArguments.main_process_first()`` used before any Trainer makes the
 other ranks wait for the main process, as upstream's (its ``_setup_devices``, reached through ``args.device``, builds
 accelerate's ``PartialState``: the process group exists from the arguments' first runtime use).
 

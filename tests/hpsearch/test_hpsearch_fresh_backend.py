@@ -1,4 +1,4 @@
-"""Issue 27, finding 12a: each hyper-parameter trial trains on a backend of its own (its GradScaler, its engine, no
+"""Each hyper-parameter trial trains on a backend of its own (its GradScaler, its engine, no
 reference to the previous trial's model or optimizer), as upstream's ``_hp_search_setup`` creates a new Accelerator
 per trial; after the search the Trainer's own backend is back."""
 

@@ -1,4 +1,4 @@
-"""Issue 27, finding 7 (training half): under fp16/bf16 autocast the training step's loss hooks see float32 model
+"""Under fp16/bf16 autocast the training step's loss hooks see float32 model
 outputs, as upstream's (accelerate's ``Accelerator.prepare_model`` wraps the forward in ``convert_outputs_to_fp32``):
 ``compute_loss_func``, the label smoother and the outputs ``compute_loss(return_outputs=True)`` gives an override
 get float32 logits although the forward ran in bf16 autocast. Each case trains trainwell and ``transformers.Trainer``

@@ -1,4 +1,4 @@
-"""Issue 27, finding 12e: ``Trainer()`` sets the device up (``torch.cuda.set_device``, the process group under a
+"""``Trainer()`` sets the device up (``torch.cuda.set_device``, the process group under a
 launcher) before its memory tracker starts, as upstream, whose arguments did it in ``__post_init__``; otherwise the
 tracker's CUDA readings at start would be GPU 0's on every rank."""
 

@@ -1,4 +1,4 @@
-"""Issue 27, finding 6: with several GPUs in one process evaluation runs through ``nn.DataParallel`` too, as
+"""With several GPUs in one process evaluation runs through ``nn.DataParallel`` too, as
 upstream's ``evaluation_loop`` (``_wrap_model(self.model, training=False)`` wraps the model when ``n_gpu > 1``).
 The CPU shows the decision: with the trainer's GPU count set to 2 (DataParallel without GPUs calls its module), the
 model ``prediction_step`` receives is a DataParallel around ``trainer.model``, the metrics equal one device's, and

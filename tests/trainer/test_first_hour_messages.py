@@ -1,4 +1,4 @@
-"""Messages that name the cause and the fix, and honest speed after a preemption (issue 17, items 4 and 5)."""
+"""Messages that name the cause and the fix, and honest speed after a preemption."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ class _SignalAt(TrainerCallback):
             os.kill(os.getpid(), self.sig)
 
 
-# ------------------------------------------------------------------------------------- item 4: speed after a stop
+# ------------------------------------------------------------------------------------- speed after a stop
 
 
 def _steps_and_samples(metrics: dict) -> tuple[float, float]:
@@ -60,7 +60,7 @@ def test_speed_after_a_preemption_and_after_a_resume_counts_the_steps_this_call_
     assert steps == pytest.approx(5, rel=0.02) and samples == pytest.approx(20, rel=0.02)  # from step 3 to 8
 
 
-# ------------------------------------------------------------------------------------------- item 5: messages
+# ------------------------------------------------------------------------------------------- messages
 
 
 class _FloatLoss(nn.Module):

@@ -1,4 +1,4 @@
-"""Issue 27, finding 10 (precision half): with ``predict_with_generate`` under bf16, the generation steps run in the
+"""With ``predict_with_generate`` under bf16, the generation steps run in the
 same autocast as the loss forward and hand float32 logits to the logits processors, as upstream's (its generate calls
 the prepared forward, which accelerate wrapped in autocast and ``convert_outputs_to_fp32``). Both libraries run the
 same tiny T5 on the CPU; the dtypes seen inside generate and the generated ids are compared."""

@@ -1,4 +1,4 @@
-"""Acceptance tests of the Trainer (issue 2): upstream-style scripts, determinism, exact accumulation, every knob."""
+"""Acceptance tests of the Trainer: upstream-style scripts, determinism, exact accumulation, every knob."""
 
 from __future__ import annotations
 
@@ -196,7 +196,6 @@ def test_accumulation_8x4_equals_32x1_token_mean(tiny, make_args, optim, lr):
 
 def test_accumulation_without_num_items_is_exact_on_uneven_and_even_masks(tiny, make_args):
     # a token mean that ignores num_items_in_batch: each micro-batch weighs its share of the window's labels
-    # (this test asserted the mean of means before the weighting was read from the model; issue 16)
     for data in (tiny.token_data(64), tiny.token_data(64, masked=False)):
         _, accumulated = _train_lm(tiny, make_args, tiny.TokenLMNoKwargs, data, 8, 4, "sgd", 0.5)
         _, single = _train_lm(tiny, make_args, tiny.TokenLMNoKwargs, data, 32, 1, "sgd", 0.5)

@@ -1,4 +1,4 @@
-"""Bad input gives a clear error (issue 2): each test asserts what the message tells the user."""
+"""Bad input gives a clear error: each test asserts what the message tells the user."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 27, finding 12d: ``full_determinism`` sets the environment upstream's ``enable_full_determinism`` sets
+"""``full_determinism`` sets the environment upstream's ``enable_full_determinism`` sets
 (``FLASH_ATTENTION_DETERMINISTIC=1`` for flash-attention's deterministic backward, the CUDA and Ascend variables)."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Compared: exit status, the files and checkpoints written, the log history step by step, the metrics files, the
 prediction files and the saved model's weights (per-tensor sums). 4.47 rounds the logged loss to 4 decimals, so
 ``loss`` is compared to 5e-5. The logged learning rate is left out: 4.47 logs the rate after the scheduler's step,
-5.x the rate the step used, and trainwell follows the installed upstream (issue 16 item 2).
+5.x the rate the step used, and trainwell follows the installed upstream.
 Where 4.47 is wrong (the logged loss under gradient accumulation is the sum of the micro-batch means; Seq2SeqTrainer's
 eval_loss weighs a short last batch as a full one), the test asserts the ground truth and names 4.47's figure.
 The world's tokenizer returns token_type_ids as 4.47's did (5.x's returns none unless told): with them, qa, swag
