@@ -149,3 +149,6 @@ def test_no_module_outside_the_trainer_reads_a_trainwell_internal_of_the_trainer
     trainer_internal = {"_window_scaler", "_flops_counter", "_count_input_tokens", "_scheduler_needs_metrics",
                         "_compute_loss_takes_num_items", "_adopt_input_dtype", "_model_for_eval", "_set_past"}
     assert not loops & trainer_internal
+    names = set().union(*reads.values())
+    # 51 names read across modules before the run got its parts; a new one is a decision, not a drift
+    assert len(names) <= 38, sorted(names)
