@@ -140,7 +140,10 @@ def test_a_worker_killed_after_a_checkpoint_is_restarted_by_ray_and_resumes_exac
     folder.mkdir()
     result = script.main(str(folder / "out"), str(folder / "ray"), callbacks=[KillOnce(str(folder))])
     assert (folder / "killed").exists()
-    assert (folder / "starts").read_text().split() == ["0", "4"]  # the restarted workers went on from step 4
+    # the restarted workers went on from a checkpoint Ray had registered: step 4's, or step 2's when the controller
+    # had not yet collected step 4's report from the workers when one died (Ray polls the reports)
+    starts = (folder / "starts").read_text().split()
+    assert starts[0] == "0" and starts[1:] in (["4"], ["2"]), starts
     losses, weights, _ = final_state(result)
     expected_losses, expected_weights, _ = final_state(trainwell_run[0])
     assert losses == expected_losses

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-START_ATTEMPTS = 3
+START_ATTEMPTS = 5
 #: Ray's start-up waits that environment variables set (seconds), raised for a loaded machine; a value already in
 #: the environment is kept.
 RAY_WAITS = {"RAY_gcs_server_port_wait_time_s": "120"}
