@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import signal
 
 import pytest
 import torch
 from torch import nn
 
+from helpers.ray_session import ray_session
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.hpsearch import resolve_backend
 
@@ -74,30 +72,38 @@ def test_default_hp_space_ray_is_upstreams() -> None:
     assert space["per_device_train_batch_size"].categories == [4, 8, 16, 32, 64]
 
 
+@pytest.fixture(autouse=True)
+def _driver_signal_handlers_put_back() -> Iterator[None]:
+    """Ray Tune's run installs its own SIGINT and SIGUSR1 handlers in the driver (this process): put back those found."""
+    import signal
+
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGUSR1)}
+    yield
+    for number, handler in before.items():
+        signal.signal(number, handler)
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[Path]:
+    """One Ray session for the module (started by the shared helper, robust to a loaded machine); yields its scratch
+    folder. Not tmp_path: Ray's socket paths must stay short."""
+    pytest.importorskip("ray.tune")
+    with ray_session(num_cpus=2) as (ray, folder):
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this module
+        yield folder
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ray_search_of_four_trials_finds_the_better_learning_rate() -> None:
-    ray = pytest.importorskip("ray")
-    tune = pytest.importorskip("ray.tune")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
-    # Not tmp_path: the search outlives concurrent pytest runs, which prune old pytest-of-<user> folders; and Ray's
-    # socket paths must stay short.
-    tmp_path = Path(tempfile.mkdtemp(prefix="tw-ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path / "r"))
-    try:
-        trainer = make_trainer(tmp_path)
-        best = trainer.hyperparameter_search(
-            hp_space=lambda _: {"learning_rate": tune.grid_search([1e-4, 0.2])}, n_trials=2, backend="ray",
-            direction="minimize", storage_path=str(tmp_path / "ray"), name="toy")
-    except BaseException:
-        ray.shutdown()
-        shutil.rmtree(tmp_path, ignore_errors=True)
-        raise
-    ray.shutdown()
-    try:
-        _check_search(best, tmp_path)
-    finally:
-        shutil.rmtree(tmp_path, ignore_errors=True)
+def test_ray_search_of_four_trials_finds_the_better_learning_rate(session: Path) -> None:
+    from ray import tune
+
+    tmp_path = session / "search"
+    trainer = make_trainer(tmp_path)
+    best = trainer.hyperparameter_search(
+        hp_space=lambda _: {"learning_rate": tune.grid_search([1e-4, 0.2])}, n_trials=2, backend="ray",
+        direction="minimize", storage_path=str(tmp_path / "ray"), name="toy")
+    _check_search(best, tmp_path)
 
 
 def _check_search(best: Any, tmp_path: Path) -> None:
@@ -113,16 +119,6 @@ def _check_search(best: Any, tmp_path: Path) -> None:
         assert trial.checkpoint is not None
         with trial.checkpoint.as_directory() as folder:
             assert (Path(folder) / "checkpoint-16" / "trainer_state.json").is_file()
-
-
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers():
-    """``ray.init`` installs its own SIGTERM/SIGINT handlers in this process; put back the ones the test found."""
-    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGCHLD") if hasattr(signal, n)]
-    before = {n: signal.getsignal(getattr(signal, n)) for n in names}
-    yield
-    for name, handler in before.items():
-        signal.signal(getattr(signal, name), handler)
 
 
 class FailOnce(TrainerCallback):
@@ -150,22 +146,15 @@ class FailOnce(TrainerCallback):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_failed_ray_trial_resumes_from_its_last_reported_checkpoint() -> None:
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.tune")
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    tmp_path = Path(tempfile.mkdtemp(prefix="tw-ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, _temp_dir=str(tmp_path / "r"))
-    try:
-        trainer = make_trainer(tmp_path)
-        trainer.add_callback(FailOnce(str(tmp_path)))
-        best = trainer.hyperparameter_search(hp_space=lambda _: {"learning_rate": 0.2}, n_trials=1, backend="ray",
-                                             storage_path=str(tmp_path / "ray"), name="resume", max_failures=1)
-        starts = (tmp_path / "starts").read_text().split()
-        assert starts == ["0", "8"]  # the restarted trial went on from the checkpoint of step 8
-        trial = best.run_summary.trials[0]
-        assert trial.status == "TERMINATED" and trial.last_result["epoch"] == 4.0
-        assert best.objective < 1.0
-    finally:
-        ray.shutdown()
-        shutil.rmtree(tmp_path, ignore_errors=True)
+def test_a_failed_ray_trial_resumes_from_its_last_reported_checkpoint(session: Path) -> None:
+    tmp_path = session / "resume"
+    tmp_path.mkdir()
+    trainer = make_trainer(tmp_path)
+    trainer.add_callback(FailOnce(str(tmp_path)))
+    best = trainer.hyperparameter_search(hp_space=lambda _: {"learning_rate": 0.2}, n_trials=1, backend="ray",
+                                         storage_path=str(tmp_path / "ray"), name="resume", max_failures=1)
+    starts = (tmp_path / "starts").read_text().split()
+    assert starts == ["0", "8"]  # the restarted trial went on from the checkpoint of step 8
+    trial = best.run_summary.trials[0]
+    assert trial.status == "TERMINATED" and trial.last_result["epoch"] == 4.0
+    assert best.objective < 1.0

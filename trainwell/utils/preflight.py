@@ -144,6 +144,8 @@ def check_dataset(dataset: Any, description: str) -> None:
 
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return
+    if type(dataset).__module__.split(".")[0] == "ray":
+        return  # a Ray Data iterable: read by the loader of prepare_trainer (trainwell.integrations.ray_train)
     if description != "train" and isinstance(dataset, dict):
         return  # a dict of evaluation datasets, each checked on its own
     if isinstance(dataset, dict) and dataset and all(hasattr(v, "__getitem__") and hasattr(v, "__len__")
