@@ -36,7 +36,9 @@ MAX_EXTRA_BYTECODES = 0.02
 # (option_enums, outputs, seeding, checkpoint_names: under a millisecond more by -X importtime); 44 with the
 # Trainer's parts split out of trainer/trainer.py (inputs.py, run_fields.py, eval_model.py, loops/best_metric.py;
 # loops/train_hooks.py now loads with the first train()).
-MAX_TRAINER_IMPORT_MODULES = 46  # + args.data_options (the 5.24 fields) and utils.secrets (credentials kept out of checkpoints)
+# 50: + args.field_types (the mixins' typed base), trainer.checkpoint_store (checkpoint_store), trainer.preemption_report
+# and trainer.resume_arguments (the checkpoint part's messages), each small.
+MAX_TRAINER_IMPORT_MODULES = 50  # + args.data_options (the 5.24 fields) and utils.secrets (credentials kept out of checkpoints)
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O and files, samplers,
 # collators, the training loop and its loss scaling, the optimizer and schedules, the backends, the opt-in callbacks.
 DEFERRED_MODULES = (
