@@ -328,7 +328,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     arguments after ``trainwell train``), and returns 130/143 without evaluating or printing the summary.
     """
     from .. import Trainer
-    from ..trainer.run_report import newest_checkpoint_of_run, print_no_resume_hint
+    from ..trainer.run_report import newest_checkpoint_of_run, leave_out_resume_advice
     from ..callbacks.logfile import LogFileCallback
     from ..utils.seeding import set_seed
 
@@ -340,7 +340,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     trainer = Trainer(args=args, **components.trainer_kwargs())
     use_plain_progress(trainer)
     trainer.add_callback(LogFileCallback())
-    print_no_resume_hint(trainer)  # the CLI prints its own resume command (_report_preemption)
+    leave_out_resume_advice(trainer)  # the CLI prints its own resume command (_report_preemption)
     resume = _resume_value(args)
     from .finished_run import nothing_left_to_train
 

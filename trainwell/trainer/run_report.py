@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .trainer import Trainer
 
-__all__ = ["newest_checkpoint_of_run", "print_no_resume_hint"]
+__all__ = ["leave_out_resume_advice", "newest_checkpoint_of_run"]
 
 
 def newest_checkpoint_of_run(trainer: Trainer) -> Path | None:
@@ -17,6 +17,6 @@ def newest_checkpoint_of_run(trainer: Trainer) -> Path | None:
     return trainer._tw_checkpoints.of_this_run()
 
 
-def print_no_resume_hint(trainer: Trainer) -> None:
+def leave_out_resume_advice(trainer: Trainer) -> None:
     """Leave out the resume advice of a preemption's log line (the caller prints its own resume command)."""
     trainer._tw_checkpoints.preemption_hint = None
