@@ -375,28 +375,39 @@ def format_report(result: dict[str, Any]) -> str:
 
 @contextlib.contextmanager
 def _moto_bucket() -> Any:
-    """A local S3 server (moto) with one bucket for the run: yields its URL and storage options."""
+    """A local S3 server (moto, in a process of its own so the supervisor never slows it) with one bucket for the
+    run: yields its URL and storage options. The client waits up to 10 min for an answer and does not repeat a
+    request itself (trainwell's uploader retries a whole checkpoint): moto assembles a multipart upload in Python,
+    which on a loaded machine outlasts botocore's 60 s read timeout, and moto answers the repeated
+    CompleteMultipartUpload with an error (real S3 answers it with success)."""
     import socket
 
     import boto3
-    from moto.server import ThreadedMotoServer
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a line per request
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        options = {"key": "bench", "secret": "bench", "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}",
-                                                                        "region_name": "us-east-1"}}
-        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1", aws_access_key_id="bench",
-                     aws_secret_access_key="bench").create_bucket(Bucket="goodput")
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="bench",
+                              aws_secret_access_key="bench")
+        for _ in range(600):
+            try:
+                client.create_bucket(Bucket="goodput")
+                break
+            except Exception:  # not listening yet
+                if server.poll() is not None:
+                    raise RuntimeError(f"moto's server exited with {server.returncode}") from None
+                time.sleep(0.2)
+        options = {"key": "bench", "secret": "bench",
+                   "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+                   "config_kwargs": {"read_timeout": 600, "retries": {"max_attempts": 1}}}
         yield "s3://goodput", options
     finally:
-        server.stop()
+        server.terminate()
+        server.wait(30)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -415,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", help="fsspec URL for trainwell's checkpoints (object store); 'moto': a local S3 "
                         "server started for the run")
     parser.add_argument("--storage-options", help="fsspec storage options of --store, as JSON")
+    parser.add_argument("--launch-timeout", type=float, default=GoodputConfig.launch_timeout,
+                        help="seconds a launch may run before the bench gives up (default 600)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 8 steps, save every 2, batch 4, seq 16")
     parser.add_argument("--json", type=Path, help="also write the raw results to this json file")
     parser.add_argument("--workdir", type=Path, help="where the runs write (default: a temporary folder)")
@@ -422,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.worker:
         return worker(ns)
     cfg = GoodputConfig(steps=ns.steps, save_steps=ns.save_steps, batch_size=ns.batch_size, seq_len=ns.seq_len,
-                        seed=ns.seed, store=ns.store)
+                        seed=ns.seed, store=ns.store, launch_timeout=ns.launch_timeout)
     if ns.quick:
         cfg = replace(cfg, steps=8, save_steps=2, batch_size=4, seq_len=16)
     cfg.ks = sorted({0, *(ns.k or cfg.ks)})

@@ -181,6 +181,35 @@ def test_failed_upload_is_retried_then_raised_naming_the_checkpoint(tmp_path, ur
     assert attempts == ["checkpoint-2"] * 4
 
 
+def test_an_upload_that_hangs_fails_by_name_at_the_deadline(tmp_path, url, monkeypatch):
+    """A store that stops answering (a request that never returns, which no retry sees) ends the run with an error
+    naming the checkpoint once the deadline passes, instead of train() waiting forever for the last upload."""
+    import threading
+    import time
+
+    monkeypatch.setattr(store_upload, "DEADLINE_S", 0.5)
+    monkeypatch.setattr(store_upload, "MIN_RATE", 1e9)  # the checkpoint's few kB add nothing
+    released = threading.Event()
+    calls = []
+
+    def hangs(self, folder, **kwargs):
+        calls.append(folder.name)
+        released.wait(30)
+        raise ConnectionError("the store went away")
+
+    monkeypatch.setattr(CheckpointStore, "upload", hangs)
+    start = time.monotonic()
+    try:
+        with pytest.raises(CheckpointError, match=r"uploading checkpoint-2 to checkpoint_store .* has not finished "
+                                                  r"by its deadline"):
+            _train(tmp_path / "out", store=url, max_steps=2)
+    finally:
+        released.set()
+    assert time.monotonic() - start < 20
+    assert calls == ["checkpoint-2"]  # not retried past the deadline
+    assert [p.name for p in list_complete_checkpoints(tmp_path / "out")] == ["checkpoint-2"]  # kept locally
+
+
 def test_store_lock_refuses_a_second_live_run(tmp_path, url):
     store = CheckpointStore(url)
     store.fs.pipe_file(f"{store.root}/{LOCK_OBJECT}", json.dumps(

@@ -1,8 +1,9 @@
 """The background uploader of ``checkpoint_store``: publishes committed checkpoints off the training thread.
 
 One daemon thread takes the jobs in order (upload ``checkpoint-<step>``, then rotate the store), retries a failed
-job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails is kept as
-the uploader's error: the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``)
+job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails, or that has not
+finished by its deadline (``deadline_s`` plus a second per ``MIN_RATE`` bytes of the checkpoint after it started: a
+store that stopped answering, whose request can hang far longer than any retry), is kept as the uploader's error: the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``)
 raise it, naming the checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the
 bench reports: checkpoints and bytes uploaded, seconds spent uploading in the background, and seconds the
 training thread was blocked by the store (submitting, and waiting for the last upload at the end).
@@ -25,6 +26,8 @@ logger = logging.getLogger(__name__)
 
 RETRIES = 3  # a failed upload is tried again this many times,
 BACKOFF_S = 1.0  # after 1, 2, 4... seconds
+DEADLINE_S = 600.0  # one checkpoint's upload, retries included, may take this long before the run fails by name,
+MIN_RATE = 5e6  # plus a second per this many bytes of the checkpoint (a store slower than that is taken as gone)
 
 
 @dataclass
@@ -41,17 +44,19 @@ class StoreUploader:
     """Uploads checkpoints to ``store`` in a background thread, in the order they were submitted."""
 
     def __init__(self, store: CheckpointStore, *, retries: int | None = None, backoff_s: float | None = None,
-                 lock_owner: str | None = None) -> None:
+                 deadline_s: float | None = None, lock_owner: str | None = None) -> None:
         self.store = store
         self.retries = RETRIES if retries is None else retries
         self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
+        self.deadline_s = DEADLINE_S if deadline_s is None else deadline_s
         self.lock_owner = lock_owner
         self.stats = UploadStats()
         self.error: CheckpointError | None = None
-        self._jobs: queue.Queue[tuple[str, Callable[[], None], Callable[[], None]] | None] = queue.Queue()
+        self._jobs: queue.Queue[tuple[str, float, Callable[[], None], Callable[[], None]] | None] = queue.Queue()
         self._idle = threading.Condition()
         self._pending = 0
         self._folders: list[Path] = []  # the checkpoints submitted and not uploaded yet (the local rotation keeps them)
+        self._current: tuple[str, float] | None = None  # the job running now and its deadline (time.monotonic())
         self._thread = threading.Thread(target=self._work, name="trainwell-store-upload", daemon=True)
         self._thread.start()
 
@@ -82,7 +87,8 @@ class StoreUploader:
             with self._idle:
                 self._folders.remove(folder)
 
-        self._jobs.put((folder.name, upload, done))
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        self._jobs.put((folder.name, self.deadline_s + size / MIN_RATE, upload, done))
         self.stats.blocked_s += time.perf_counter() - start
 
     def pending(self) -> tuple[Path, ...]:
@@ -91,17 +97,27 @@ class StoreUploader:
             return tuple(self._folders)
 
     def raise_if_failed(self) -> None:
-        """Raise the error of a failed upload (once kept, it stays)."""
+        """Raise the error of a failed upload, or of one running past ``deadline_s`` (once kept, it stays)."""
+        current = self._current
+        if self.error is None and current is not None and time.monotonic() > current[1]:
+            self.error = CheckpointError(
+                f"uploading {current[0]} to checkpoint_store {self.store.url} has not finished by its deadline "
+                f"(the store stopped answering?); the checkpoint is complete in the local output_dir, but not on "
+                "the store: a resume elsewhere would not see it")
+            logger.error("%s", self.error)
         if self.error is not None:
             raise self.error
 
     def wait(self) -> None:
         """Block until every submitted upload is done; raise a failed one's error. The time counts as blocked."""
         start = time.perf_counter()
-        with self._idle:
-            while self._pending:
-                self._idle.wait(timeout=HEARTBEAT_S)
-        self.stats.blocked_s += time.perf_counter() - start
+        try:
+            with self._idle:
+                while self._pending:
+                    self._idle.wait(timeout=min(HEARTBEAT_S, 1.0 + self.deadline_s))
+                    self.raise_if_failed()  # a hung upload: raised by name, not waited for forever
+        finally:
+            self.stats.blocked_s += time.perf_counter() - start
         self.raise_if_failed()
 
     def close(self) -> None:
@@ -111,7 +127,7 @@ class StoreUploader:
         except CheckpointError as err:
             logger.error("%s", err)
         self._jobs.put(None)
-        self._thread.join()
+        self._thread.join(timeout=None if self._current is None else 1.0)  # a hung request is left to the daemon
 
     def _work(self) -> None:
         while True:
@@ -122,12 +138,14 @@ class StoreUploader:
                 continue
             if job is None:
                 return
-            name, run, done = job
+            name, allowed_s, run, done = job
             try:
                 if self.error is None:  # after a failure later checkpoints are not published (the run raises)
+                    self._current = (name, time.monotonic() + allowed_s)
                     self._attempt(name, run)
                     self._beat()
             finally:
+                self._current = None
                 done()
                 with self._idle:
                     self._pending -= 1
@@ -135,6 +153,8 @@ class StoreUploader:
 
     def _attempt(self, name: str, job: Callable[[], None]) -> None:
         for attempt in range(self.retries + 1):
+            if self.error is not None:  # past the deadline meanwhile: the run has been told, no more tries
+                return
             try:
                 job()
                 return
