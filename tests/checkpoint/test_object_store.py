@@ -279,3 +279,12 @@ def test_command_line_last_defers_to_the_store(tmp_path, url):
     with pytest.raises(CLIError, match="holds no checkpoint"):
         _resume_value(SimpleNamespace(resume_from_checkpoint="last", output_dir=empty))
     assert _resume_value(SimpleNamespace(resume_from_checkpoint="last", output_dir=empty, checkpoint_store=url)) is True
+
+
+def test_without_fsspec_the_error_names_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # what `import fsspec` sees when it is not installed
+    with pytest.raises(ImportError, match=r"checkpoint_store='s3://bucket/run' needs fsspec: pip install "
+                                          r"'trainwell\[store\]' and the file system of the URL \(s3fs"):
+        CheckpointStore("s3://bucket/run")

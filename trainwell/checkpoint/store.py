@@ -71,7 +71,11 @@ class CheckpointStore:
     """The checkpoints under one fsspec URL: publish (upload), list the complete ones, download, delete, lock."""
 
     def __init__(self, url: str, storage_options: Any = None) -> None:
-        import fsspec
+        try:
+            import fsspec
+        except ImportError as err:
+            raise ImportError(f"checkpoint_store={url!r} needs fsspec: pip install 'trainwell[store]' and the file "
+                              "system of the URL (s3fs for s3://, gcsfs for gs://, adlfs for az://)") from err
 
         self.url = url.rstrip("/")
         self.fs, root = fsspec.core.url_to_fs(self.url, **parse_storage_options(storage_options))
