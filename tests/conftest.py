@@ -18,9 +18,10 @@ torch.set_num_threads(1)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """``--all``: run every test, the slow ones too (what CI runs); without it and without ``-m``, a plain
-    ``python -m pytest`` is the fast tier (no test that starts a process)."""
+    ``python -m pytest`` is the fast tier (no test that starts a process or takes over a second)."""
     parser.addoption("--all", action="store_true", default=False,
-                     help="run every test, the slow ones (that start processes) included, as CI does")
+                     help="run every test, the slow ones (that start processes or take over a second) included, "
+                          "as CI does")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -62,6 +63,25 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     if config.getoption("--all") or config.option.markexpr:
         return None
     return "fast tier: tests marked slow are deselected (run everything with --all, as .ci/run does)"
+
+
+FAST_TIER_LIMIT_S = 2.0  # a test not marked slow that takes longer is named at the end of the run
+_over_limit: list[tuple[float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keep the fast tier fast as the suite grows: note each test not marked ``slow`` whose setup or call took over
+    :data:`FAST_TIER_LIMIT_S` (read on the controller under pytest-xdist too; reported, never failed: timings are
+    not assertions)."""
+    if report.when in ("setup", "call") and report.duration > FAST_TIER_LIMIT_S and "slow" not in report.keywords:
+        _over_limit.append((report.duration, f"{report.nodeid} ({report.when})"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if _over_limit and not (config.getoption("--all") or config.option.markexpr):
+        terminalreporter.section(f"fast-tier tests over {FAST_TIER_LIMIT_S:.0f} s (mark them @pytest.mark.slow)")
+        for duration, name in sorted(_over_limit, reverse=True):
+            terminalreporter.write_line(f"{duration:6.2f} s  {name}")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -128,6 +128,7 @@ def test_save_total_limit_zero_is_refused_with_the_alternatives(tmp_path):
     assert TrainingArguments(output_dir=str(tmp_path), save_total_limit=None).save_total_limit is None
 
 
+@pytest.mark.slow  # over a second
 def test_upstream_keeps_every_checkpoint_with_save_total_limit_zero(tmp_path):
     transformers = pytest.importorskip("transformers")
     args = transformers.TrainingArguments(output_dir=str(tmp_path), save_total_limit=0, save_strategy="steps",

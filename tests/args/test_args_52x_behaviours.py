@@ -66,6 +66,7 @@ def _padded_rows() -> list[dict[str, torch.Tensor]]:
     return rows
 
 
+@pytest.mark.slow  # over a second
 @pytest.mark.parametrize("mode", ["all", "non_padding", "no"])
 def test_tokens_seen_count_as_upstream(tmp_path, mode):
     """'non_padding' counts the attention mask's ones, 'all' every input id; the logged count as upstream's."""

@@ -151,6 +151,7 @@ def test_load_from_file_and_json_string(tmp_path):
         load_deepspeed_config(str(bad))
 
 
+@pytest.mark.slow  # over a second
 def test_live_config_is_weak_and_answers_zero3():
     unset_deepspeed_config()
     assert not is_deepspeed_zero3_enabled()

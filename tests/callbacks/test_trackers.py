@@ -22,6 +22,8 @@ import pytest
 from helpers.launch import ROOT
 from trainwell import Trainer, TrainingArguments
 
+pytestmark = pytest.mark.slow  # each tracker's own package, started for real: over a second a test
+
 RUN_NAME = "tw-run"
 LR = 0.05
 

@@ -66,6 +66,7 @@ def _losses(trainer: Trainer) -> list[tuple]:
        length=st.one_of(st.sampled_from([("num_train_epochs", e) for e in (1, 1.5, 2, 3)]),
                         st.tuples(st.just("max_steps"), st.integers(3, 12))),
        save_steps=st.integers(1, 3), drop_last=st.booleans(), crash_fraction=st.floats(0.05, 0.95))
+@pytest.mark.slow  # over a second
 def test_crash_anywhere_then_resume_is_bit_exact(tmp_path_factory, n, batch, ga, length, save_steps, drop_last,
                                                  crash_fraction):
     plan = dict(per_device_train_batch_size=batch, gradient_accumulation_steps=ga, save_steps=save_steps,

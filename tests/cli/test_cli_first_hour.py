@@ -56,6 +56,7 @@ def _subprocess(argv: list[str], timeout: float = 300) -> subprocess.CompletedPr
 # ------------------------------------------------------------------------------------------- summary and output
 
 
+@pytest.mark.slow  # over a second
 def test_one_summary_within_80_columns(finished_run):
     assert finished_run["code"] == 0
     out = finished_run["out"]
@@ -77,6 +78,7 @@ def test_progress_is_plain_lines_when_not_a_terminal(finished_run):
     assert "'eval_loss'" in finished_run["err"]  # logged dicts, one line each
 
 
+@pytest.mark.slow  # over a second
 def test_train_log_in_output_dir_and_appended_on_resume(finished_run, tmp_path):
     log = (finished_run["dir"] / "train.log").read_text()
     assert "training started: max_steps 6" in log and "training ended at step 6" in log

@@ -24,6 +24,8 @@ from torch.utils.data import SequentialSampler
 
 import trainwell
 
+pytestmark = pytest.mark.slow  # trains on both libraries per case: over a second a test
+
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 

@@ -27,6 +27,8 @@ import pytest
 import torch
 from torch.utils.data import SequentialSampler
 
+pytestmark = pytest.mark.slow  # transformers models on both libraries: over a second a test
+
 transformers = pytest.importorskip("transformers")
 
 T = 12  # tokens per row

@@ -82,6 +82,7 @@ def of_type(trainer: Any, name: str) -> list:
 
 
 # ------------------------------------------------------------------------------------------------ the format
+@pytest.mark.slow  # over a second
 def test_stateful_callbacks_are_written_as_upstream_writes_them(tmp_path):
     files = {}
     for lib in (trainwell, transformers):
@@ -146,6 +147,7 @@ def test_nothing_is_restored_without_the_flag(tmp_path):
 # ------------------------------------------------------------------------------------------------ interchange
 @pytest.mark.parametrize("writer, reader", [(transformers, trainwell), (trainwell, transformers)],
                          ids=["upstream-to-trainwell", "trainwell-to-upstream"])
+@pytest.mark.slow  # over a second
 def test_callback_states_cross_between_libraries(tmp_path, writer, reader):
     make_trainer(writer, tmp_path / "w", [writer.EarlyStoppingCallback(5, 0.2), step_counter_class(writer)("x", 2)]
                  ).train()

@@ -39,6 +39,8 @@ pytest.importorskip("accelerate")  # transformers.Trainer needs it
 import trainwell  # noqa: E402
 from trainwell.checkpoint.layout import COMPLETE_MARKER, CheckpointError  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains on both libraries per case: over a second a test
+
 transformers.logging.set_verbosity_error()
 
 

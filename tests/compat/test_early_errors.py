@@ -135,6 +135,7 @@ def test_missing_best_metric_saves_the_due_checkpoint_then_raises_naming_the_met
     assert trainer.state.global_step == 2  # stopped at the first evaluation, after saving its checkpoint
 
 
+@pytest.mark.slow  # over a second
 def test_missing_best_metric_upstream_raises_the_same_key_error(tmp_path):
     transformers = pytest.importorskip("transformers")
     args = _args(transformers, tmp_path, eval_strategy="steps", eval_steps=2, save_strategy="steps",

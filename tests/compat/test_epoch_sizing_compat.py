@@ -36,6 +36,7 @@ def _state(lib, out, max_steps, epochs) -> dict:
     (4, 1, {"num_train_epochs": 2, "max_steps": 4, "global_step": 4, "epoch": 1.375}),
     (-1, 1.5, {"num_train_epochs": 2, "max_steps": 5, "global_step": 5, "epoch": 1.75}),
 ])
+@pytest.mark.slow  # over a second
 def test_partial_last_group_sizes_epochs_as_upstream(tmp_path, max_steps, epochs, expected):
     import trainwell
 

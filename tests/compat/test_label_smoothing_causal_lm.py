@@ -63,6 +63,7 @@ def _logged_losses(lib, model, tmp_path, accumulation: int = 1, data: Any = None
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
+@pytest.mark.slow  # over a second
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_llama_smoothed_loss_equals_upstreams(tmp_path, accumulation):
     """A tiny Llama with label_smoothing_factor=0.1: every logged loss of 4 steps equals transformers.Trainer's
@@ -73,6 +74,7 @@ def test_llama_smoothed_loss_equals_upstreams(tmp_path, accumulation):
     assert ours == pytest.approx(_logged_losses(trainwell, model, tmp_path, 1), rel=1e-5)
 
 
+@pytest.mark.slow  # over a second
 def test_gpt2_smoothed_loss_is_the_shifted_mean(tmp_path):
     """A tiny GPT-2: trainwell's smoothed loss is the mean over the shifted labels (torch's cross entropy with
     label_smoothing=0.1 of logits[:, :-1] against labels[:, 1:]: 29 of the first 4 rows' 30 labels). transformers

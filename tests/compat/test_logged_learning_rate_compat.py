@@ -33,6 +33,7 @@ def _run(lib, out, callbacks=(), **extra):
     return [(e["step"], e["learning_rate"]) for e in trainer.state.log_history if "learning_rate" in e]
 
 
+@pytest.mark.slow  # over a second
 @pytest.mark.parametrize("ga", [1, 2])
 def test_logged_rate_is_the_one_the_step_used_as_upstream(tmp_path, ga):
     import trainwell

@@ -25,6 +25,8 @@ import trainwell  # noqa: E402
 from trainwell.checkpoint.rng import read_rng_file  # noqa: E402
 from trainwell.data.loader import collator_draws_randomness  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains on both libraries per case: over a second a test
+
 TEXTS = [f"sentence number {i} has {'some ' * (i % 5)}words in it and the number {i * 7}" for i in range(22)]
 
 

@@ -132,6 +132,7 @@ def _same(a: float, b: float) -> bool:
 DIVERGING = dict(learning_rate=1e3, max_grad_norm=0.0, logging_nan_inf_filter=False, num_train_epochs=4)
 
 
+@pytest.mark.slow  # over a second
 def test_diverging_loss_is_logged_and_training_goes_on_as_upstream(tmp_path):
     trainer = ours(tmp_path / "ours", **DIVERGING)
     result = trainer.train()  # no FloatingPointError: upstream trains on
@@ -217,6 +218,7 @@ def test_auto_find_batch_size_retries_smaller_after_out_of_memory(tmp_path):
     assert _losses(trainer.state.log_history) == pytest.approx(_losses(upstream.state.log_history), rel=1e-5)
 
 
+@pytest.mark.slow  # over a second
 def test_auto_find_batch_size_resumes_with_the_size_found(tmp_path):
     first = ours(tmp_path, model=OutOfMemoryAbove(limit=5), auto_find_batch_size=True, per_device_train_batch_size=8,
                  save_strategy="steps", save_steps=2, max_steps=2)
@@ -247,6 +249,7 @@ def test_other_errors_are_not_retried(tmp_path):
     assert Broken.calls == 1
 
 
+@pytest.mark.slow  # over a second
 def test_out_of_memory_at_batch_size_one_says_so(tmp_path):
     trainer = ours(tmp_path, model=OutOfMemoryAbove(limit=0), auto_find_batch_size=True, per_device_train_batch_size=2)
     with pytest.raises(RuntimeError, match="out of memory even with a batch size of 1 per device"):

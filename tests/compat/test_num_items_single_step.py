@@ -93,6 +93,7 @@ def train(module: Any, tmp_path: Path, *, override: bool) -> tuple[list, list[fl
     return trainer.seen, losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+@pytest.mark.slow  # over a second
 @pytest.mark.parametrize("override", [True, False], ids=["sum_over_num_items", "model_mean"])
 def test_single_step_num_items_is_the_label_count_as_upstream(tmp_path: Path, override: bool) -> None:
     ours, upstream = train(trainwell, tmp_path, override=override), train(transformers, tmp_path, override=override)

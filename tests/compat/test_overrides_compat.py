@@ -89,6 +89,7 @@ def test_old_compute_loss_in_train_evaluate_and_predict(tmp_path):
     assert pred.metrics["test_loss"] == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.slow  # over a second
 def test_old_compute_loss_same_metrics_as_upstream(tmp_path):
     transformers = pytest.importorskip("transformers")
     ours = _old_compute_loss_trainer(trainwell)(model=SeededRegressor(DIM), args=_args(trainwell, tmp_path / "a"),
@@ -132,6 +133,7 @@ def test_old_training_step_with_short_last_accumulation_window(tmp_path):
     assert out.global_step == 2 and np.isfinite(out.training_loss)
 
 
+@pytest.mark.slow  # over a second
 def test_old_training_step_same_weights_as_upstream(tmp_path):
     transformers = pytest.importorskip("transformers")
 

@@ -202,6 +202,7 @@ def test_use_legacy_prediction_loop_routes_evaluate_and_predict_to_prediction_lo
 
 
 # ---------------------------------------------------------------------------------------- train(trial=dict)
+@pytest.mark.slow  # over a second
 def test_train_with_a_trial_dict_applies_the_hyper_parameters(tmp_path):
     transformers = pytest.importorskip("transformers")
     from transformers.trainer_utils import HPSearchBackend
@@ -218,6 +219,7 @@ def test_train_with_a_trial_dict_applies_the_hyper_parameters(tmp_path):
     assert ours.state.global_step == 3 and ours.state.train_batch_size == 2
 
 
+@pytest.mark.slow  # over a second
 def test_train_with_a_trial_dict_trains_with_a_backend_and_checkpoints_of_the_trial(tmp_path):
     """As upstream's ``_hp_search_setup`` builds a new Accelerator per trial: each ``train(trial=dict)`` gets a backend
     of its own, and the trial's saving arguments decide the checkpoints."""
@@ -239,6 +241,7 @@ def test_train_with_a_trial_dict_refuses_an_unknown_name(tmp_path):
         trainer.train(trial={"learnig_rate": 0.1})
 
 
+@pytest.mark.slow  # over a second
 def test_train_with_a_trial_dict_and_model_init(tmp_path):
     seen: list[object] = []
 
@@ -289,6 +292,7 @@ os._exit(0)
     assert int(line.split()[-1]) > 0
 
 
+@pytest.mark.slow  # over a second
 def test_zero3_config_in_args_fills_the_batch_values(tmp_path):
     zero3 = {"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto",
              "gradient_accumulation_steps": "auto"}

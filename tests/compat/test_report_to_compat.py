@@ -118,6 +118,7 @@ def test_none_and_empty_select_nothing_like_upstream():
     assert get_reporting_integration_callbacks(["none"]) == []  # upstream's arguments turn ["none"] into []
 
 
+@pytest.mark.slow  # over a second
 def test_all_selects_installed_trackers_in_upstreams_order(tmp_path, monkeypatch):
     for name, value in OFFLINE_ENV.items():
         monkeypatch.setenv(name, value)
@@ -214,6 +215,7 @@ def test_only_the_main_process_reports(tmp_path, tiny, monkeypatch, name):
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "a replica wrote files"
 
 
+@pytest.mark.slow  # over a second
 def test_tensorboard_writes_the_same_tags_as_upstream(tmp_path, tiny, monkeypatch):
     """Same script through both Trainers: the same scalar tags and the same losses per step in the event files."""
     pytest.importorskip("tensorboard")

@@ -34,6 +34,8 @@ from trainwell.data.samplers import LengthGroupedSampler  # noqa: E402
 transformers.logging.set_verbosity_error()  # no "newly initialized weights" report on every load
 datasets.disable_progress_bars()
 
+pytestmark = pytest.mark.slow  # real transformers models and scripts: over a second a test
+
 MAX_LENGTH = 16
 SUBJECTS = ["the movie was", "the acting is", "this film felt", "the story was"]
 POSITIVE = ["great", "wonderful", "excellent", "delightful"]

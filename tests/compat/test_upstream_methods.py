@@ -103,6 +103,7 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
+@pytest.mark.slow  # over a second
 def test_the_libraries_trainer_classes_are_found():
     """The walk finds the trainers a user knows (a walk finding nothing would make the other tests vacuous)."""
     if not LIBRARIES:

@@ -153,6 +153,7 @@ def _greedy_run(lib, tmp_path):
     return args, trainer, rates
 
 
+@pytest.mark.slow  # over a second
 def test_lr_scheduler_type_greedy_trains_as_upstream(tmp_path):
     ours_args, ours, our_rates = _greedy_run(trainwell, tmp_path)
     theirs_args, theirs, their_rates = _greedy_run(transformers, tmp_path)

@@ -17,6 +17,8 @@ import trainwell
 from helpers.data import regression_data
 from helpers.models import RegressionModel
 
+pytestmark = pytest.mark.slow  # trains and resumes on both libraries: over a second a test
+
 transformers = pytest.importorskip("transformers")
 
 

@@ -12,6 +12,8 @@ from trainwell import Trainer, TrainerCallback
 from trainwell.hpsearch import default_compute_objective, trial_arguments
 from trainwell.trainer_utils import BestRun
 
+pytestmark = pytest.mark.slow  # several trainings per search: over a second a test
+
 optuna = pytest.importorskip("optuna")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

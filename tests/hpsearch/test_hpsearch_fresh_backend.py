@@ -24,6 +24,7 @@ class BackendRecorder(TrainerCallback):
         self.seen.append((backend, backend.scaler, args.learning_rate))
 
 
+@pytest.mark.slow  # over a second
 def test_every_trial_gets_a_fresh_backend_and_scaler(tiny: Any, make_args: Any) -> None:
     recorder = BackendRecorder()
     trainer = Trainer(model_init=lambda: tiny.RegressionModel(), args=make_args(num_train_epochs=1, eval_strategy="no"),

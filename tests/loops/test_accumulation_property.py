@@ -4,6 +4,7 @@ accumulation group)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,6 +49,7 @@ def _train(tmp: str, data, batch: int, ga: int, epochs: int) -> dict[str, torch.
 @settings(max_examples=10, deadline=None, derandomize=True)
 @given(n=st.integers(5, 24), micro=st.integers(1, 4), ga=st.integers(2, 4), epochs=st.integers(1, 2),
        seed=st.integers(0, 5))
+@pytest.mark.slow  # over a second
 def test_accumulated_micro_batches_equal_one_big_batch(tmp_path_factory, n, micro, ga, epochs, seed):
     data = _data(n, seq=4, seed=seed)
     if any(int(item["labels"].ne(-100).sum()) == 0 for item in data):

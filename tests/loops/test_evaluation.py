@@ -471,6 +471,7 @@ def test_empty_datasets_are_clear_errors():
         make_trainer().evaluate()
 
 
+@pytest.mark.slow  # over a second
 def test_memory_metrics_in_evaluate_and_absent_when_skipped():
     data = ragged_dataset(1, BATCH)
     with_mem = make_trainer(eval_dataset=data, skip_memory_metrics=False).evaluate()

@@ -71,6 +71,7 @@ def _seen(lib, tmp_path, hook: str, **opts) -> list[str]:
     return seen
 
 
+@pytest.mark.slow  # over a second
 @pytest.mark.parametrize("hook", ["compute_loss_func", "label_smoother", "outputs"])
 def test_bf16_training_hooks_get_float32_logits_as_upstream(tmp_path, hook):
     ours = _seen(trainwell, tmp_path, hook, bf16=True)
@@ -78,6 +79,7 @@ def test_bf16_training_hooks_get_float32_logits_as_upstream(tmp_path, hook):
     assert ours == theirs == ["torch.float32"] * 2
 
 
+@pytest.mark.slow  # over a second
 def test_without_mixed_precision_nothing_is_hooked(tmp_path):
     ours = _seen(trainwell, tmp_path, "outputs")
     assert ours == _seen(transformers, tmp_path, "outputs") == ["torch.float32"] * 2

@@ -12,6 +12,8 @@ from torch import nn
 from trainwell import Trainer, TrainingArguments
 from trainwell.optim.factory import get_optimizer_cls_and_kwargs
 
+pytestmark = pytest.mark.slow  # trains on both libraries per optimizer: over a second a test
+
 
 class Tiny(nn.Module):
     def __init__(self) -> None:

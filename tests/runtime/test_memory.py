@@ -46,6 +46,7 @@ class Host:
         return metrics
 
 
+@pytest.mark.slow  # over a second
 def test_keys_and_init_reported_once_on_first_update():
     host = Host()
     first = host.evaluate()
@@ -77,6 +78,7 @@ def test_alloc_delta_and_peak_are_measured():
     assert abs(metrics["train_mem_cpu_alloc_delta"]) < 20 * MB
 
 
+@pytest.mark.slow  # over a second
 def test_nested_eval_inside_train_is_ignored():
     host = Host()
     metrics = host.train(nested_eval=True)
@@ -93,6 +95,7 @@ def test_skip_is_a_no_op():
     assert not hasattr(host.tracker, "_thread")
 
 
+@pytest.mark.slow  # over a second
 def test_unknown_caller_is_an_error_naming_the_allowed_stages():
     tracker = TrainerMemoryTracker()
 
@@ -107,6 +110,7 @@ def test_unknown_caller_is_an_error_naming_the_allowed_stages():
     assert "eval_mem_cpu_alloc_delta" in metrics
 
 
+@pytest.mark.slow  # over a second
 def test_sampling_thread_stops():
     host = Host()
     host.evaluate()

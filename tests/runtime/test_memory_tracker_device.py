@@ -4,12 +4,14 @@ tracker's CUDA readings at start would be GPU 0's on every rank."""
 
 from __future__ import annotations
 
+import pytest
 from torch import nn
 
 from trainwell import Trainer, TrainingArguments
 from trainwell.runtime import memory
 
 
+@pytest.mark.slow  # over a second
 def test_the_device_is_set_up_before_the_memory_tracker_starts(tmp_path, monkeypatch) -> None:
     args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", skip_memory_metrics=False)
     assert not args.__dict__.get("_devices_set_up")

@@ -11,6 +11,8 @@ from tf_digits import DigitsClassifier, as_dataset, digits  # noqa: E402
 
 from trainwell.tf import TFTrainer, TFTrainingArguments  # noqa: E402
 
+pytestmark = pytest.mark.slow  # TensorFlow's import and the trackers' own packages: over a second a test
+
 
 def _train(tmp_path, report_to):
     (xt, yt), _ = digits()

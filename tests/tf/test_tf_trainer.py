@@ -17,6 +17,8 @@ from tf_digits import DigitsClassifier, as_dataset, digits  # noqa: E402
 
 from trainwell.tf import TFTrainer, TFTrainingArguments  # noqa: E402
 
+pytestmark = pytest.mark.slow  # TensorFlow's import and graph building: over a second a test
+
 keras = tf.keras
 REPO = Path(__file__).resolve().parents[2]
 

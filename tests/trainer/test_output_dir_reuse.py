@@ -70,6 +70,7 @@ def _digests(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow  # over a second
 def test_two_trainers_in_a_row_train_as_upstream_with_one_warning(tmp_path, caplog):
     """First run 6 steps (checkpoint-3, -6); second 2 steps, save_steps=1, save_total_limit=1: upstream's numbers,
     one warning naming both earlier checkpoints, and only the second run's checkpoint-2 is left."""
@@ -90,6 +91,7 @@ def test_two_trainers_in_a_row_train_as_upstream_with_one_warning(tmp_path, capl
     assert runs[trainwell]._tw_checkpoints.of_this_run() == out / "checkpoint-2"
 
 
+@pytest.mark.slow  # over a second
 def test_a_notebook_running_train_twice_on_one_trainer_matches_upstream(tmp_path):
     """The cell run again: the second train() starts from the trained weights with a fresh optimizer, as upstream.
     Its checkpoint-3 and -6 replace the first run's (each through the atomic commit), and they are the second run's."""

@@ -186,6 +186,7 @@ def test_every_save_pushes_each_checkpoint_in_the_background(tiny: Any, tmp_path
     assert hub.files()["model.safetensors"] == checkpoint.read_bytes()
 
 
+@pytest.mark.slow  # over a second
 def test_a_save_during_a_running_push_is_skipped_unless_hub_always_push(tiny: Any, tmp_path: Path, hub: Hub) -> None:
     hub.commit_delay = 2.0  # the step-2 push is still running when step 4 saves
     make_trainer(tiny, tmp_path, hub_strategy="every_save").train()
