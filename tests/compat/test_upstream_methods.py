@@ -24,6 +24,8 @@ transformers = pytest.importorskip("transformers")
 
 from upstream_surface import trainer_classes, trainer_uses  # noqa: E402
 
+pytestmark = pytest.mark.slow  # imports the four libraries and reads their source: 5 to 20 s
+
 LIBRARIES = tuple(name for name in ("trl", "sentence_transformers", "setfit", "peft")
                   if importlib.util.find_spec(name) is not None)
 
@@ -103,7 +105,6 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-@pytest.mark.slow  # over a second
 def test_the_libraries_trainer_classes_are_found():
     """The walk finds the trainers a user knows (a walk finding nothing would make the other tests vacuous)."""
     if not LIBRARIES:

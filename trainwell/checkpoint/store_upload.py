@@ -114,7 +114,7 @@ class StoreUploader:
         try:
             with self._idle:
                 while self._pending:
-                    self._idle.wait(timeout=min(HEARTBEAT_S, 1.0 + self.deadline_s))
+                    self._idle.wait(timeout=min(HEARTBEAT_S, max(0.1, self.deadline_s / 4)))
                     self.raise_if_failed()  # a hung upload: raised by name, not waited for forever
         finally:
             self.stats.blocked_s += time.perf_counter() - start
