@@ -37,6 +37,7 @@ from typing import Any
 from ..utils.checkpoint_names import is_checkpoint_name
 from . import layout
 from .layout import COMPLETE_MARKER, TMP_PREFIX, CheckpointError
+from .lock import OutputDirLockedError
 
 logger = logging.getLogger(__name__)
 
@@ -282,8 +283,6 @@ class CheckpointStore:
         """Take the store's one-run lock for ``owner`` (a unique id of this process's run); raises
         :class:`~trainwell.checkpoint.lock.OutputDirLockedError` while another live run holds it (its heartbeat is
         younger than ``STALE_S``, or its process is alive on this host)."""
-        from .lock import OutputDirLockedError
-
         held = self._read_lock()
         if held is not None and held.get("owner") != owner and not _stale(held):
             raise OutputDirLockedError(
