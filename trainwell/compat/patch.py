@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from types import FrameType
 from typing import Any
 
@@ -99,8 +100,6 @@ def _warn_early_subclasses() -> None:
     """A warning naming every class :func:`early_subclasses` finds: it stays on upstream's Trainer."""
     early = early_subclasses()
     if early:
-        import warnings
-
         warnings.warn(
             f"trainwell.patch_transformers(): {len(early)} class(es) were defined before the patch and subclass "
             f"transformers' own Trainer/TrainingArguments, so they run on upstream, not trainwell: {', '.join(early)}. "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -135,8 +136,6 @@ def call_factory(spec: Any, *, key: str, source: str = "") -> Any:
 
 def _check_signature(factory: Callable, kwargs: Mapping[str, Any], path: str, where: str) -> None:
     """Fail early, naming the factory, when the YAML kwargs do not fit its signature."""
-    import inspect
-
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # some builtins have no signature: let the call decide
