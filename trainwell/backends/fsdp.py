@@ -57,6 +57,8 @@ from .single import _NULL, SingleDeviceBackend
 from ..checkpoint.stream import tensor_stream
 from ..runtime.distributed import get_world_size, read_launch_env, get_rank
 from .optimizer_state_forms import shard_optimizer_state
+# torch.distributed.fsdp, .tensor and .checkpoint load in the functions that use them: about a second of imports
+# (torch._dynamo) that a run without FSDP does not pay (backends/registry.py imports this module).
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule

@@ -118,7 +118,7 @@ class CheckpointStore:
         (``.node-<node>.json``) first. Node 0 uploads all its files; every other node, once node 0's list is there,
         uploads the files node 0 does not have (its ranks' own) and then ``.node-<node>.done``; node 0 waits (up to
         ``wait_s``) for every node's, and writes the marker listing every node's files, last."""
-        from .commit import test_hook
+        from .commit import test_hook  # .commit loads torch: this module imports neither torch nor numpy
 
         name, record = folder.name, layout.read_marker(folder)
         step = is_checkpoint_name(name)

@@ -29,6 +29,7 @@ from types import FrameType
 from typing import Any
 
 from ..callbacks.base import TrainerCallback
+# The Trainer and the arguments load when the patch is applied: reading trainwell.patch_transformers loads this module.
 
 #: libraries whose trainers or configs subclass transformers' classes at import time: imported before the patch,
 #: they hold upstream's classes for good

@@ -31,7 +31,7 @@ from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 from ..utils.option_enums import SchedulerType
 from .greedy import GreedyLR, get_greedy_schedule
 
-if TYPE_CHECKING:  # torch is imported lazily so that ``import trainwell`` stays fast
+if TYPE_CHECKING:  # for annotations only (``import trainwell`` does not load this module)
     from torch.optim import Optimizer
 
 __all__ = [

@@ -291,7 +291,7 @@ def _meet_at_exit(world: int) -> None:
     """Sign off on the rendezvous store, then wait (bounded) until every rank has; a failing rank does not wait."""
     if world <= 1:
         return
-    from torch.distributed.distributed_c10d import _get_default_store
+    from torch.distributed.distributed_c10d import _get_default_store  # private; several ranks only
 
     store = _get_default_store()
     store.add("trainwell_exit", 1)

@@ -14,6 +14,7 @@ from typing import Any
 from pathlib import Path
 
 from .config import Components, Recipe, RecipeError, call_factory, load_object, load_recipe
+# The built-in model (torch) loads when the recipe is built: `trainwell train --help` reads this module.
 
 __all__ = ["Components", "Recipe", "RecipeError", "call_factory", "default_recipe", "load_object", "load_recipe",
            "DEFAULT_RECIPE_ARGS"]

@@ -34,6 +34,7 @@ import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+# yaml loads when a recipe file is read: `trainwell train --help` imports this module.
 
 RECIPE_KEYS = ("model", "train_dataset", "eval_dataset", "datasets", "data_collator", "compute_metrics", "args")
 
