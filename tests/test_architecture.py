@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -434,3 +436,208 @@ def test_the_writes_finder_sees_every_form_of_write():
                      "    trainer.f: int = 6\n    setattr(trainer, 'g', 7)\n    self._trainer.h = 8\n"
                      "    self.trainer.i = 9\n    trainer.__dict__.update(j=10)\n    self.other.k = 11\n")
     assert _trainer_writes(tree) == {"a", "b", "c", "d", "f", "g", "h", "i", "__dict__"}
+
+
+# -- imports inside functions ------------------------------------------------------------------------------------
+# A module imports what it uses at its top, where a reader sees its dependencies, unless the import must wait for
+# the function: the modules ``from trainwell import Trainer`` loads (their lazy imports keep the import light, see
+# tests/test_overhead_guard.py), the command line's start-up, optional packages, and the exceptions listed here.
+
+# The names ``pip install trainwell`` always installs, by import name (pyproject's [project] dependencies).
+_IMPORT_NAMES = {"pyyaml": "yaml"}
+
+
+def _always_installed() -> set[str]:
+    text = (PACKAGE.parent / "pyproject.toml").read_text()
+    block = re.search(r"^\[project\].*?^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    assert block, "pyproject.toml: [project] dependencies not found"
+    names = {re.match(r"[A-Za-z0-9_.-]+", dep).group(0).lower().replace("-", "_")
+             for dep in re.findall(r'"([^"]+)"', block.group(1))}
+    return {_IMPORT_NAMES.get(name, name) for name in names} | set(sys.stdlib_module_names) | {"trainwell"}
+
+
+# Off the Trainer import path but loaded before a command needs torch: ``trainwell --help``, ``trainwell <command>
+# --help``, ``trainwell train``'s checks of its arguments and output folder, ``trainwell plot``, TrainingArguments
+# and its parser (tests/args: no torch, no yaml), ``trainwell.patch_transformers``. Their imports of anything but the
+# standard library stay in the functions that need them.
+LIGHT_MODULES: dict[str, str] = {
+    "trainwell.__main__": "python -m trainwell",
+    "trainwell.cli.main": "trainwell --help",
+    "trainwell.cli.arguments": "trainwell --help",
+    "trainwell.cli.output_dir": "trainwell train checks its output folder before it loads the Trainer",
+    "trainwell.cli.recipes": "trainwell train --help",
+    "trainwell.cli.recipes.config": "trainwell train --help (no yaml)",
+    "trainwell.cli.commands.env": "trainwell env --help",
+    "trainwell.cli.commands.generate": "trainwell generate --help",
+    "trainwell.cli.commands.plot": "trainwell plot --help",
+    "trainwell.cli.commands.run": "trainwell run --help",
+    "trainwell.cli.commands.deepspeed_tools": "trainwell zero-to-fp32 / estimate-memory --help",
+    "trainwell.backends.deepspeed.weights": "trainwell zero-to-fp32 --help",
+    "trainwell.backends.deepspeed.memory_estimates": "trainwell estimate-memory --help",
+    "trainwell.backends.deepspeed.config": "read by TrainingArguments (no torch)",
+    "trainwell.checkpoint.layout": "trainwell train's output folder check, trainwell plot (no torch)",
+    "trainwell.checkpoint.lock": "trainwell train's output folder check (no torch)",
+    "trainwell.checkpoint.digest": "imported by checkpoint.layout (no torch)",
+    "trainwell.args.parser": "ArgParser (tests/args/test_parser.py: no torch, no yaml)",
+    "trainwell.args.seq2seq": "Seq2SeqTrainingArguments (no torch)",
+    "trainwell.compat.patch": "trainwell.patch_transformers (no torch until it patches)",
+}
+# Imported in the functions that use them, in any module: what is heavy or not everywhere installed.
+LAZY_PACKAGES: dict[str, str] = {
+    "torch.distributed.fsdp": "about a second of imports (torch._dynamo), for FSDP runs only",
+    "torch.distributed.tensor": "about a second of imports, for FSDP runs only",
+    "torch.distributed.checkpoint": "about a second of imports, for FSDP checkpoints only",
+    "torch.distributed.optim": "about a second of imports, for sharded_ddp only",
+    "torch.distributed.device_mesh": "for FSDP runs only, where torch.distributed is available",
+    "torch.distributed.distributed_c10d": "private, only where torch.distributed is available",
+}
+# (module, imported module, why the import stays in its function)
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("trainwell.compat.tf", "trainwell.compat.tf.trainer"): "module __getattr__: TFTrainer needs TensorFlow",
+    ("trainwell.compat.tf", "trainwell.compat.tf.optimization"): "module __getattr__: needs TensorFlow",
+    ("trainwell.data.flattening", "torch"): "only return_tensors='pt' needs torch; the numpy path stays torch-free",
+    ("trainwell.checkpoint.store", "trainwell.checkpoint.commit"): "commit loads torch; the store module imports "
+                                                                   "neither torch nor numpy (its docstring)",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text())
+
+
+def _statements(node: ast.AST) -> list[ast.stmt]:
+    """The statements directly inside ``node`` (imports are statements: expressions need no visit)."""
+    found = []
+    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        found.extend(getattr(node, field, None) or [])
+    return found
+
+
+def _import_time_modules(path: Path, me: str) -> set[str]:
+    """The trainwell modules ``path`` imports when it is imported (not in functions, not ``if TYPE_CHECKING:``), and
+    the packages above them (their ``__init__`` runs first)."""
+    package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    found: set[str] = set()
+    stack: list[ast.AST] = [_parsed(path)]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                target = ".".join(package[: len(package) - node.level + 1] + (node.module or "").split(".")).rstrip(".")
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "trainwell":
+                found.update(f"{target}.{a.name}" if f"{target}.{a.name}" in MODULES else target for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "trainwell")
+        stack.extend(_statements(node))
+    parents = {".".join(name.split(".")[:end]) for name in found for end in range(1, name.count(".") + 1)}
+    return {name for name in found | parents if name in MODULES and name != me}
+
+
+def _trainer_import_path() -> set[str]:
+    """The modules ``from trainwell import Trainer`` loads: ``trainwell/__init__.py`` and the Trainer's module, and
+    what they import at import time, transitively."""
+    seen: set[str] = set()
+    todo = ["trainwell", "trainwell.trainer", "trainwell.trainer.trainer"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(_import_time_modules(MODULES[name], name) - seen)
+    return seen
+
+
+def _catches_import_error(node: ast.Try) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError")
+               for h in node.handlers if h.type is not None for n in ast.walk(h.type))
+
+
+def _function_level_imports(path: Path, me: str) -> list[tuple[int, str]]:
+    """``(line, imported module)`` of the imports inside functions that run (``if TYPE_CHECKING:`` left out), but
+    those inside a ``try`` that catches ImportError (a package that may be missing)."""
+    if not re.search(r"^[ \t]+(?:import|from)\s", path.read_text(), re.M):
+        return []
+    package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
+    found: list[tuple[int, str]] = []
+    stack: list[tuple[ast.AST, bool]] = [(_parsed(path), False)]
+    while stack:
+        node, in_function = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            children = node.orelse
+        elif isinstance(node, ast.Try) and _catches_import_error(node):
+            children = node.handlers + node.orelse + node.finalbody
+        else:
+            children = _statements(node)
+        if in_function and isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + (node.module or "").split(".")).rstrip(".")
+                found.extend((node.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base)
+                             for a in node.names)
+            else:
+                found.append((node.lineno, node.module or ""))
+        elif in_function and isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names)
+        inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        stack.extend((child, inner) for child in reversed(children))
+    return sorted(found)
+
+
+def test_imports_inside_functions_are_only_those_that_must_wait():
+    """Off the Trainer's import path, a function imports a module of the standard library, of trainwell or of a
+    package trainwell always installs only for a listed reason (LIGHT_MODULES, LAZY_PACKAGES, LAZY_IMPORTS); optional
+    packages (the extras) stay in the functions that use them. Move a new one to the top of its module (or list it
+    with why it must wait)."""
+    installed = _always_installed()
+    trainer_path = _trainer_import_path()
+    offending, used = [], set()
+    for name, path in MODULES.items():
+        if name in trainer_path:
+            continue
+        for line, imported in _function_level_imports(path, name):
+            root = imported.split(".")[0]
+            if root not in installed:
+                continue  # an optional package
+            if name in LIGHT_MODULES and root not in sys.stdlib_module_names:
+                continue
+            lazy = [p for p in LAZY_PACKAGES if imported == p or imported.startswith(p + ".")]
+            if lazy or (name, imported) in LAZY_IMPORTS:
+                used.add((name, imported))
+                used.update(lazy)
+                continue
+            offending.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {imported}")
+    assert not offending, ("imports inside functions that belong at the top of their module:\n"
+                           + "\n".join(dict.fromkeys(offending)))
+    assert set(LAZY_IMPORTS) <= used, f"LAZY_IMPORTS no longer needed: {sorted(set(LAZY_IMPORTS) - used)}"
+    assert set(LAZY_PACKAGES) <= used, f"LAZY_PACKAGES no longer needed: {sorted(set(LAZY_PACKAGES) - used)}"
+    assert set(LIGHT_MODULES) <= set(MODULES), sorted(set(LIGHT_MODULES) - set(MODULES))
+
+
+@pytest.mark.slow
+def test_the_trainer_import_path_is_what_the_import_loads():
+    """The static path above is the one Python takes (the check exempts exactly those modules)."""
+    code = ("import sys; from trainwell import Trainer; "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('trainwell'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PACKAGE.parent).stdout.split()
+    assert set(out) == _trainer_import_path()
+
+
+def test_the_function_import_finder_sees_what_it_must(tmp_path):
+    """The check is not vacuous: imports in methods and nested functions count; TYPE_CHECKING and try/ImportError
+    blocks, and module-level imports, do not."""
+    source = tmp_path / "probe.py"
+    source.write_text("import json\nfrom typing import TYPE_CHECKING\n"
+                      "def f():\n    import os\n    from .layout import CheckpointError\n"
+                      "    if TYPE_CHECKING:\n        import torch\n"
+                      "    try:\n        import xxhash\n    except ImportError:\n        xxhash = None\n"
+                      "    def g():\n        from . import commit\n"
+                      "class C:\n    def m(self):\n        import numpy as np\n")
+    assert _function_level_imports(source, "trainwell.checkpoint.probe") == [
+        (4, "os"), (5, "trainwell.checkpoint.layout"), (13, "trainwell.checkpoint.commit"), (16, "numpy")]

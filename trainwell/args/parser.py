@@ -336,7 +336,7 @@ class ArgParser(argparse.ArgumentParser):
 
     def parse_yaml_file(self, yaml_file: str | Path, allow_extra_keys: bool = False) -> tuple[Any, ...]:
         """Read a yaml mapping of field values from ``yaml_file`` and build the dataclasses (see ``parse_dict``)."""
-        import yaml
+        import yaml  # importing ArgParser loads no yaml (tests/args/test_parser.py)
 
         data = _read_mapping(Path(yaml_file), "yaml", yaml.safe_load, yaml.YAMLError)
         return self.parse_dict(data, allow_extra_keys=allow_extra_keys)

@@ -28,6 +28,8 @@ from ..runtime.precision import Precision
 from ..utils.model_utils import activation_checkpointing
 from .base import Capabilities
 from .single import _NULL, SingleDeviceBackend
+from ..runtime.distributed import all_gather_object, get_rank
+# torch.distributed.optim (ZeroRedundancyOptimizer) loads where sharded_ddp uses it: about a second of imports.
 
 if TYPE_CHECKING:
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -157,7 +159,6 @@ class DDPBackend(SingleDeviceBackend):
         """With ZeRO: consolidate the optimizer state on each saving rank and write ``optimizer.pt`` (collective)."""
         if not self.zero or self.optimizer is None or self.args.save_only_model:
             return
-        from ..runtime.distributed import all_gather_object, get_rank
 
         optimizer = cast("ZeroRedundancyOptimizer", self.optimizer)  # self.zero: setup_optimization built one
         savers = [rank for rank, saves in enumerate(all_gather_object(bool(self.args.should_save))) if saves]

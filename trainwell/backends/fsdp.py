@@ -51,9 +51,14 @@ from torch import nn
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
 from ..runtime.precision import Precision
-from ..utils.model_utils import activation_checkpointing
+from ..utils.model_utils import activation_checkpointing, enable_gradient_checkpointing
 from .base import Capabilities, prepared
 from .single import _NULL, SingleDeviceBackend
+from ..checkpoint.stream import tensor_stream
+from ..runtime.distributed import get_world_size, read_launch_env, get_rank
+from .optimizer_state_forms import shard_optimizer_state
+# torch.distributed.fsdp, .tensor and .checkpoint load in the functions that use them: about a second of imports
+# (torch._dynamo) that a run without FSDP does not pay (backends/registry.py imports this module).
 
 if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
@@ -199,12 +204,9 @@ class FSDPBackend(SingleDeviceBackend):
         """1-D mesh over all ranks, or (nodes x ranks per node) for ``hybrid_shard``."""
         from torch.distributed.device_mesh import init_device_mesh
 
-        from ..runtime.distributed import get_world_size
-
         world = get_world_size()
         if not self.options & {"hybrid_shard", "hybrid_shard_zero2"}:
             return init_device_mesh(self.device.type, (world,))
-        from ..runtime.distributed import read_launch_env
 
         per_node = read_launch_env(getattr(self.args, "local_rank", -1)).local_world_size
         if per_node < 1 or world % per_node:
@@ -237,8 +239,6 @@ class FSDPBackend(SingleDeviceBackend):
             model = model.to(self.device)
         full = self._rank0_weights(model)
         if self.config.get("activation_checkpointing"):
-            from ..utils.model_utils import enable_gradient_checkpointing
-
             enable_gradient_checkpointing(model, activation_checkpointing(self.args)[1])
         self._shard(model)
         if full is not None:
@@ -272,7 +272,6 @@ class FSDPBackend(SingleDeviceBackend):
         """Rank 0's weights (``{}`` on the other ranks) when they are to be broadcast after sharding, else None."""
         if not (_flag(self.config.get("cpu_ram_efficient_loading")) or _flag(self.config.get("sync_module_states"))):
             return None
-        from ..runtime.distributed import get_rank
 
         return {k: v.detach().cpu() for k, v in model.state_dict().items()} if get_rank() == 0 else {}
 
@@ -336,8 +335,6 @@ class FSDPBackend(SingleDeviceBackend):
         if not self._sharded:
             return None
         from torch.distributed.tensor import DTensor
-
-        from ..checkpoint.stream import tensor_stream
 
         keep = bool(self.args.should_save)
 
@@ -410,8 +407,6 @@ class FSDPBackend(SingleDeviceBackend):
     def _load_unsharded_optimizer(self, path: Path) -> None:
         """``optimizer.pt`` of a one-process run (whole tensors), cut into this rank's shards; the model weights came
         from ``model.safetensors`` (see :mod:`trainwell.backends.optimizer_state_forms`)."""
-        from .optimizer_state_forms import shard_optimizer_state
-
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except (RuntimeError, EOFError, ValueError, OSError) as err:

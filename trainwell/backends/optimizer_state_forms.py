@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError
+from ..checkpoint.rng import saved_rng_files
+# torch.distributed.checkpoint and .tensor load in the functions that use them: about a second of imports that
+# only sharded optimizer states need.
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor
@@ -62,8 +65,6 @@ def deepspeed_shards(folder: Path) -> list[Path]:
 
 def saved_optimizer(folder: str | Path) -> SavedOptimizer:
     """What holds the optimizer state of the checkpoint ``folder``, and how many processes wrote it."""
-    from ..checkpoint.rng import saved_rng_files
-
     folder = Path(folder)
     rng = saved_rng_files(folder)
     world = max(rng) + 1 if rng else None

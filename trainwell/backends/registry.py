@@ -16,14 +16,16 @@ from typing import Any
 from ..runtime.distributed import init_process_group, read_launch_env
 from ..runtime.precision import Precision
 from .base import Backend
+from .ddp import DDPBackend, wants_zero
+from .deepspeed.backend import DeepSpeedBackend
+from .fsdp import FSDPBackend, fsdp_options
+from .single import SingleDeviceBackend
 
 logger = logging.getLogger(__name__)
 
 
 def _fsdp_shards(args: Any) -> bool:
     """True when ``args.fsdp`` asks for sharding (``no_shard`` alone is DDP)."""
-    from .fsdp import fsdp_options
-
     options = fsdp_options(args)
     if "no_shard" in options:
         logger.info("fsdp='no_shard' replicates the whole model on every rank: trainwell runs it as DDP")
@@ -34,9 +36,7 @@ def _fsdp_shards(args: Any) -> bool:
 def build_backend(args: Any) -> Backend:
     """Choose and create the backend the arguments ask for (creating the process group under a launcher)."""
     if getattr(args, "deepspeed", None):
-        from .deepspeed.backend import DeepSpeedBackend  # makes its own process group (DeepSpeed needs one)
-
-        return DeepSpeedBackend(args, args.device)
+        return DeepSpeedBackend(args, args.device)  # makes its own process group (DeepSpeed needs one)
     env = read_launch_env(getattr(args, "local_rank", -1))
     device = args.device
     precision = Precision.from_args(args, device)
@@ -44,22 +44,14 @@ def build_backend(args: Any) -> Backend:
         init_process_group(env, device, backend=getattr(args, "ddp_backend", None),
                            timeout_s=int(getattr(args, "ddp_timeout", 1800)))
         if _fsdp_shards(args):
-            from .fsdp import FSDPBackend
-
             return FSDPBackend(args, device, precision)
-        from .ddp import DDPBackend
-
         return DDPBackend(args, device, precision)
     if getattr(args, "fsdp", None) or _zero(args):
         logger.warning("fsdp / sharded_ddp need several processes (launch with torchrun --nproc_per_node=N); "
                        "training on one device without sharding")
-    from .single import SingleDeviceBackend
-
     return SingleDeviceBackend(device, precision, n_gpu=args.n_gpu,
                                place_model_on_device=args.place_model_on_device is not False)
 
 
 def _zero(args: Any) -> bool:
-    from .ddp import wants_zero
-
     return wants_zero(args)

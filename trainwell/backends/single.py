@@ -12,6 +12,8 @@ from torch import nn
 from ..runtime.precision import Precision
 from .base import Capabilities, prepared
 from .placement import is_model_parallel, places_itself
+from ..checkpoint.layout import OPTIMIZER_NAME
+from .optimizer_state_forms import FSDP_STATE_DIR, load_dcp_unsharded
 
 _NULL = nullcontext()
 
@@ -131,9 +133,6 @@ class SingleDeviceBackend:
         """A checkpoint of FSDP (``fsdp_state/``, no ``optimizer.pt``): its sharded model and optimizer state, read
         whole (see :mod:`trainwell.backends.optimizer_state_forms`); otherwise nothing beyond the common checkpoint
         files."""
-        from ..checkpoint.layout import OPTIMIZER_NAME
-        from .optimizer_state_forms import FSDP_STATE_DIR, load_dcp_unsharded
-
         folder = Path(folder)
         if self.optimizer is None or (folder / OPTIMIZER_NAME).is_file():
             return

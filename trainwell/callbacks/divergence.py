@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .base import TrainerCallback
+from ..checkpoint.layout import get_last_checkpoint
 
 if TYPE_CHECKING:
     from ..utils.trainer_state import TrainerControl, TrainerState
@@ -51,7 +52,6 @@ class StopOnNonFiniteLossCallback(TrainerCallback):
             return
         if weights_are_finite(model):
             return
-        from ..checkpoint.layout import get_last_checkpoint
 
         last = get_last_checkpoint(args.output_dir) if args.output_dir else None
         message = (f"Training diverged: the model weights contain NaN/inf at step {state.global_step}. Lower "

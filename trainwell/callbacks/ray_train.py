@@ -17,13 +17,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar
+
+from torch.utils.data import DataLoader, IterableDataset
 
 from ..checkpoint.layout import get_last_checkpoint
 from .base import TrainerCallback
-
-if TYPE_CHECKING:
-    from torch.utils.data import DataLoader
 
 _T = TypeVar("_T")
 
@@ -73,8 +72,6 @@ class _RayIterableDataset:
 
 
 def _ray_loader(dataset: Any) -> "DataLoader":
-    from torch.utils.data import DataLoader, IterableDataset
-
     wrapped = type("RayTorchIterableDataset", (_RayIterableDataset, IterableDataset), {})(dataset)
     return DataLoader(wrapped, batch_size=1, collate_fn=lambda batch: batch[0])
 

@@ -38,11 +38,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
 
 from .layout import CheckpointError, find_disk_full
+from .rng import capture_rng_state
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
     from .manager import CheckpointContents, CheckpointManager
 
@@ -67,8 +71,6 @@ class HostCopier:
 
         Objects shared inside ``obj`` stay shared in the copy (as ``copy.deepcopy`` does), so it pickles alike.
         """
-        import torch
-
         memo: dict[Any, "torch.Tensor"] = {}
         seen: dict[int, Any] = {}
         cuda_used = [False]
@@ -79,8 +81,6 @@ class HostCopier:
         return result
 
     def _copy(self, obj: Any, memo: dict, seen: dict[int, Any], cuda_used: list[bool]) -> Any:
-        import torch
-
         if id(obj) in seen:
             return seen[id(obj)]
         if isinstance(obj, torch.Tensor):
@@ -100,8 +100,6 @@ class HostCopier:
         return new
 
     def _tensor(self, tensor: "torch.Tensor", memo: dict, cuda_used: list[bool]) -> "torch.Tensor":
-        import torch
-
         tensor = tensor.detach()
         if tensor.layout != torch.strided or tensor.is_quantized or type(tensor) is not torch.Tensor \
                 or tensor.device.type not in ("cpu", "cuda"):
@@ -166,10 +164,6 @@ def new_saver_group(timeout_s: float | None = None) -> Any:
 
     A collective of the default group: every rank must call it at the same point of its program.
     """
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
     return dist.new_group(backend="gloo", timeout=None if timeout_s is None else timedelta(seconds=timeout_s))
 
 
@@ -203,8 +197,6 @@ class AsyncSaver:
         ``async_engine_snapshot``) copies the engine's own state now and returns ``write(folder, group)``, which
         the background commit calls where a synchronous save calls the backend's ``save``.
         """
-        from .rng import capture_rng_state
-
         self.wait()
         if manager.should_save:
             frozen = freeze_contents(contents, self.copier)
@@ -250,8 +242,6 @@ class AsyncSaver:
 
     def _agree(self) -> None:
         """Learn the other ranks' failures (one object all-gather on the saver's group, which is idle now)."""
-        import torch.distributed as dist
-
         mine = None if not self.failed else (self._failed_step, f"{type(self._error).__name__}: {self._error}")
         reports: list[Any] = [None] * dist.get_world_size(self.group)
         dist.all_gather_object(reports, mine, group=self.group)

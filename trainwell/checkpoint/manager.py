@@ -27,16 +27,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..utils.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from . import layout
 from .layout import CheckpointError
+from ..utils.trainer_state import trainer_state_problems
+from .agreement import verify_share, candidates, load_agreed
+from .commit import commit_checkpoint
+from .digest import torch_save, write_bytes
+from .nodes import writes_here
+from .ranks import Ranks
+from .rng import rng_file_name, capture_rng_state, read_rng_file, rng_file_to_restore, restore_rng_state
+from .safe_pickle import load_error
+from .weights import save_model_weights, find_weights_file, match_state_dict, read_weights
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
     from torch import nn
-
-    from .ranks import Ranks
 
 logger = logging.getLogger(__name__)
 
@@ -107,27 +115,19 @@ def with_rank_parts(rng_state: dict[str, Any], parts: dict[str, Any]) -> dict[st
 
 def _torch_save(obj: Any, path: Path) -> None:
     """``torch.save``, hashed and fsynced as it writes (the checksum goes into the marker)."""
-    from .digest import torch_save
-
     torch_save(obj, path)
 
 
 def _write_text(path: Path, text: str) -> None:
-    from .digest import write_bytes
-
     write_bytes(path, text.encode("utf-8"))
 
 
 def _torch_read(path: Path, what: str, trusted: bool = False) -> Any:
-    import torch
-
     if not path.is_file():
         raise CheckpointError(f"{path}: {what} file is missing from the checkpoint")
     try:
         return torch.load(path, map_location="cpu", weights_only=not trusted)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as err:
-        from .safe_pickle import load_error
-
         raise load_error(path, what, err) from err
 
 
@@ -194,8 +194,6 @@ class CheckpointManager:
     @property
     def rng_file(self) -> str:
         """This rank's RNG file name."""
-        from .rng import rng_file_name
-
         return rng_file_name(self.rank, self.world_size)
 
     # ------------------------------------------------------------------------------------------ save
@@ -211,8 +209,6 @@ class CheckpointManager:
         process group of the commit's collectives (default: the training one; an asynchronous save passes its own).
         Call :meth:`rotate` afterwards to apply ``save_total_limit``.
         """
-        from .commit import commit_checkpoint
-
         def write_files(tmp: Path) -> None:
             try:
                 if self.should_save:
@@ -222,13 +218,8 @@ class CheckpointManager:
                 if drain is not None:
                     drain()
             if not contents.save_only_model:
-                from .rng import capture_rng_state
-
                 state = rng_state if rng_state is not None else capture_rng_state()
                 _torch_save(with_rank_parts(state, contents.rank_parts), tmp / self.rng_file)
-
-        from .ranks import Ranks
-        from .nodes import writes_here
 
         ranks = Ranks(self.rank, self.world_size, group=group)
         # several nodes: one shared folder is written once (by rank 0), one disk per node by each node's first rank
@@ -240,14 +231,10 @@ class CheckpointManager:
     @property
     def ranks(self) -> "Ranks":
         """The processes taking part in saves and resumes."""
-        from .ranks import Ranks
-
         return Ranks(self.rank, self.world_size)
 
     def _write_contents(self, folder: Path, c: CheckpointContents) -> None:
         """The files of the saving rank (everything but the per-rank RNG files and the engine's files)."""
-        from .weights import save_model_weights
-
         if c.write_model is not None:
             c.write_model(folder, c.model_state_dict)
         else:
@@ -335,15 +322,10 @@ class CheckpointManager:
 
     def verify(self, folder: str | os.PathLike) -> None:
         """Check every file of ``folder`` against its marker (sizes, checksums) and the pickle allow-list."""
-        from .agreement import verify_share
-
         verify_share(Path(folder), share=(0, 1), own=[], trust_pickles=self.trust_pickles)
 
     def _read_all(self, folder: Path, c: CheckpointContents, load_optimizer: bool, verify: bool) -> dict[str, Any]:
         """Read and validate every file needed for ``c`` into memory; touches nothing."""
-        from .rng import read_rng_file, rng_file_to_restore
-        from .weights import find_weights_file, match_state_dict, read_weights
-
         if verify:
             self.verify(folder)  # a foreign folder has no file list: loading it validates it
         staged: dict[str, Any] = {"trainer_state_dict": self._read_trainer_state(folder)}
@@ -369,8 +351,6 @@ class CheckpointManager:
     @staticmethod
     def _read_trainer_state(folder: Path) -> dict[str, Any] | None:
         """``trainer_state.json`` checked against the TrainerState schema (None when absent); raises CheckpointError."""
-        from ..utils.trainer_state import trainer_state_problems
-
         path = folder / layout.TRAINER_STATE_NAME
         if not path.is_file():
             return None
@@ -475,8 +455,6 @@ class CheckpointManager:
     def apply_rng(self, folder: str | os.PathLike) -> bool:
         """Restore this rank's random streams from ``folder`` (what :meth:`load` staged, else read now); False when
         the checkpoint has no RNG file for this rank."""
-        from .rng import read_rng_file, restore_rng_state, rng_file_to_restore
-
         folder = Path(folder)
         staged = self._staged_for(folder)
         state = staged.get("rng") if staged is not None else None
@@ -502,8 +480,6 @@ class CheckpointManager:
         (``warnings.warn`` and ``logger.warning``). Raises ValueError when ``output_dir`` has no complete
         checkpoint, CheckpointError when none of them loads, UnsafeCheckpointError for a refused pickle.
         """
-        from .agreement import candidates, load_agreed
-
         return load_agreed(self, candidates(self), contents, fallback=True, load_optimizer=load_optimizer,
                            load_trainer_state=load_trainer_state, engine_load=engine_load,
                            engine_check=engine_check, context=context)
@@ -514,8 +490,6 @@ class CheckpointManager:
                     engine_check: Callable[[Path], None] | None = None,
                     context: Callable[[], Any] | None = None) -> dict[str, Any]:
         """:meth:`load` of one given folder by every rank together: all succeed or all raise (no fallback)."""
-        from .agreement import load_agreed
-
         return load_agreed(self, [Path(folder)], contents, fallback=False, load_optimizer=load_optimizer,
                            load_trainer_state=load_trainer_state, engine_load=engine_load,
                            engine_check=engine_check, context=context)[1]

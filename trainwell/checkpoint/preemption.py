@@ -30,6 +30,8 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from ..runtime.distributed import any_rank
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -103,6 +105,4 @@ class PreemptionGuard:
         Outside a process group this is :attr:`requested`. ``device`` is where the flag tensor lives (a CUDA
         device under NCCL; CPU under gloo).
         """
-        from ..runtime.distributed import any_rank
-
         return any_rank([self.requested], device)[0]

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch.distributed as dist
+
+from ..runtime.distributed import is_dist, all_gather_object, barrier
+
 
 class Ranks:
     """The processes that take part in a save or a resume, and the few collectives the protocols need.
@@ -24,7 +28,6 @@ class Ranks:
         """True when several processes take part (a process group is initialised)."""
         if self.world_size <= 1:
             return False
-        from ..runtime.distributed import is_dist
 
         return is_dist()
 
@@ -33,10 +36,7 @@ class Ranks:
         if not self.active:
             return [obj]
         if self.group is None:
-            from ..runtime.distributed import all_gather_object
-
             return all_gather_object(obj)
-        import torch.distributed as dist
 
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, obj, group=self.group)
@@ -47,10 +47,6 @@ class Ranks:
         if not self.active:
             return
         if self.group is None:
-            from ..runtime.distributed import barrier
-
             barrier()
         else:
-            import torch.distributed as dist
-
             dist.barrier(group=self.group)

@@ -18,8 +18,15 @@ import logging
 import os
 import random
 import warnings
+import pickle
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
+
+from .layout import CheckpointError
+from .safe_pickle import load_error
 
 logger = logging.getLogger(__name__)
 
@@ -64,36 +71,26 @@ def rng_file_to_restore(folder: str | os.PathLike, rank: int, world_size: int) -
 
 
 def _numpy_state() -> tuple[Any, ...] | dict[str, Any]:  # the tuple (legacy=True, the default); numpy's stub names both
-    import numpy as np
-
     return np.random.get_state()  # upstream's form: ("MT19937", uint32 array, pos, has_gauss, cached_gaussian)
 
 
 def _set_numpy_state(state: Any) -> None:
-    import numpy as np
-
     np.random.set_state(state)
 
 
 def _numpy_safe_globals() -> list:
     """What ``torch.load(weights_only=True)`` must allow to read ``np.random.get_state()`` (upstream's list)."""
-    import numpy as np
-
     core = getattr(np, "_core", None) or np.core
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 def _mps_available() -> bool:
-    import torch
-
     mps = getattr(torch.backends, "mps", None)
     return bool(mps is not None and mps.is_available() and hasattr(torch, "mps"))
 
 
 def capture_rng_state() -> dict[str, Any]:
     """The current generator states: keys ``python``, ``numpy``, ``cpu`` and, when present, ``cuda``, ``mps``."""
-    import torch
-
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": _numpy_state(),
@@ -111,9 +108,6 @@ def capture_rng_state() -> dict[str, Any]:
 
 def rng_states_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two :func:`capture_rng_state` results hold the same states (no generator drew in between)."""
-    import numpy as np
-    import torch
-
     def same(x: Any, y: Any) -> bool:
         if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
             return isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and torch.equal(x, y)
@@ -127,8 +121,6 @@ def rng_states_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def _restore_cuda(states: Any) -> None:
-    import torch
-
     if not torch.cuda.is_available():
         logger.warning("the checkpoint holds CUDA RNG states but CUDA is not available; they are not restored")
         return
@@ -145,8 +137,6 @@ def _restore_cuda(states: Any) -> None:
 
 def restore_rng_state(state: dict[str, Any]) -> None:
     """Set every generator present in ``state`` (from :func:`capture_rng_state`); absent parts are skipped."""
-    import torch
-
     if "python" in state:
         version, internal, gauss = state["python"]
         random.setstate((version, tuple(internal), gauss))
@@ -162,18 +152,10 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 def read_rng_file(path: str | os.PathLike, *, trusted: bool = False) -> dict[str, Any]:
     """Read an RNG state file (safe loading unless ``trusted``); raises CheckpointError when it is unreadable."""
-    import pickle
-
-    import torch
-
-    from .layout import CheckpointError
-
     try:
         with torch.serialization.safe_globals(_numpy_safe_globals()):
             state = torch.load(Path(path), map_location="cpu", weights_only=not trusted)
     except (OSError, RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
-        from .safe_pickle import load_error
-
         raise load_error(Path(path), "RNG", err) from err
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a dict of RNG states, found {type(state).__name__}")

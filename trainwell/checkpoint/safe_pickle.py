@@ -19,8 +19,11 @@ import os
 import pickle
 import re
 import zipfile
+import importlib
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .layout import CheckpointError
 
@@ -66,13 +69,9 @@ def is_allowed(module: str, name: str) -> bool:
     if f"{module}.{name}" in _ALLOWED_EXACT:
         return True
     if module in _ALLOWED_CLASS_MODULES:
-        import importlib
-
         value = getattr(importlib.import_module(module), name, None)
         return isinstance(value, type) and value.__module__ == module
     if module == "torch":  # dtypes (torch.float32 ...), torch.Size, the typed storages
-        import torch
-
         value = getattr(torch, name, None)
         return name in _TORCH_STORAGES or isinstance(value, (torch.dtype, torch.layout, torch.memory_format))
     return False

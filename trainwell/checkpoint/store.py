@@ -37,6 +37,7 @@ from typing import Any
 from ..utils.checkpoint_names import is_checkpoint_name
 from . import layout
 from .layout import COMPLETE_MARKER, TMP_PREFIX, CheckpointError
+from .lock import OutputDirLockedError
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ class CheckpointStore:
         (``.node-<node>.json``) first. Node 0 uploads all its files; every other node, once node 0's list is there,
         uploads the files node 0 does not have (its ranks' own) and then ``.node-<node>.done``; node 0 waits (up to
         ``wait_s``) for every node's, and writes the marker listing every node's files, last."""
-        from .commit import test_hook
+        from .commit import test_hook  # .commit loads torch: this module imports neither torch nor numpy
 
         name, record = folder.name, layout.read_marker(folder)
         step = is_checkpoint_name(name)
@@ -286,8 +287,6 @@ class CheckpointStore:
         """Take the store's one-run lock for ``owner`` (a unique id of this process's run); raises
         :class:`~trainwell.checkpoint.lock.OutputDirLockedError` while another live run holds it (its heartbeat is
         younger than ``STALE_S``, or its process is alive on this host)."""
-        from .lock import OutputDirLockedError
-
         held = self._read_lock()
         if held is not None and held.get("owner") != owner and not _stale(held):
             raise OutputDirLockedError(

@@ -17,10 +17,11 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+import torch
+
+from . import digest
 
 # safetensors' dtype names
 _DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64", "int64": "I64", "int32": "I32",
@@ -38,8 +39,6 @@ class Entry:
     @property
     def nbytes(self) -> int:
         """Size of the full tensor in bytes."""
-        import torch
-
         count = 1
         for dim in self.shape:
             count *= int(dim)
@@ -109,10 +108,6 @@ def write_streamed_file(stream: StreamedWeights, indices: list[int], path: Path,
 
     The file is hashed, fsynced and recorded as it is written (:mod:`.digest`); each tensor is dropped once written.
     """
-    import torch
-
-    from . import digest
-
     entries = [stream.entries[i] for i in indices]
     header = _header(entries, metadata)
     writer = digest.HashingWriter(path)

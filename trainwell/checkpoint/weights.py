@@ -22,7 +22,12 @@ import pickle
 import re
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
+
+import torch
+import torch.nn as nn
+from safetensors import safe_open
+from safetensors.torch import save
 
 from .layout import (
     SAFE_WEIGHTS_INDEX_NAME,
@@ -31,10 +36,8 @@ from .layout import (
     WEIGHTS_NAME,
     CheckpointError,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-    from torch import nn
+from . import digest
+from .stream import plan_streamed_shards, write_streamed_file, StreamedWeights
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +129,7 @@ def _shard_name(single: str, index: int, count: int) -> str:
 
 
 def _write_file(tensors: dict, path: Path, safe: bool, metadata: dict[str, str]) -> None:
-    from . import digest
-
     if safe:  # the bytes are hashed before they are written: the checkpoint marker records the checksum
-        from safetensors.torch import save
-
         digest.write_bytes(path, save(tensors, metadata=metadata))
     else:
         digest.torch_save(tensors, path)
@@ -173,8 +172,6 @@ def _save_state_dict(state_dict: Mapping[str, "torch.Tensor"], folder: Path, *, 
 def _save_streamed(stream: Any, folder: Path, *, max_bytes: int, metadata: dict[str, str] | None) -> list[Path]:
     """Write a :class:`~trainwell.checkpoint.stream.StreamedWeights` tensor by tensor (safetensors, sharded as
     :func:`_save_state_dict` shards); the rest of the stream is drained on error so every rank's gathers match."""
-    from .stream import plan_streamed_shards, write_streamed_file
-
     file_meta = {"format": "pt", **(metadata or {})}
     if stream.aliases:
         file_meta[ALIASES_METADATA_KEY] = json.dumps(stream.aliases, sort_keys=True)
@@ -228,8 +225,6 @@ def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tens
     one tensor at a time): its tensors are written as they arrive (safetensors; ``torch.save`` needs them all at
     once), a ``transformers`` model's config next to them.
     """
-    from .stream import StreamedWeights
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     max_bytes = parse_size(max_shard_size)
@@ -274,8 +269,6 @@ def _check_safetensors_header(path: Path) -> None:
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, "torch.Tensor"], dict[str, str]]:
-    from safetensors import safe_open
-
     _check_safetensors_header(path)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as handle:
@@ -287,8 +280,6 @@ def _read_safetensors(path: Path) -> tuple[dict[str, "torch.Tensor"], dict[str, 
 
 
 def _read_bin(path: Path) -> dict[str, "torch.Tensor"]:
-    import torch
-
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as err:
@@ -380,8 +371,6 @@ def _reshapes_on_load(model: "nn.Module") -> bool:
     """Whether ``model``'s own class (not torch's, transformers' or peft's) overrides ``load_state_dict``: such a
     model may resize a buffer to the saved shape there (a log of the batches seen, a growing memory), and upstream
     hands it the saved tensors as they are, so its shapes are its own to check."""
-    import torch.nn as nn
-
     for cls in type(model).__mro__:
         if cls is nn.Module:
             return False

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint.layout import list_resumable_checkpoints
+
 
 def checkpoint_to_resume(args: Any, resume: str | bool | None) -> Path | None:
     """The checkpoint folder ``trainer.train(resume_from_checkpoint=resume)`` would load, or None (a fresh run)."""
@@ -19,7 +21,6 @@ def checkpoint_to_resume(args: Any, resume: str | bool | None) -> Path | None:
         return None
     if isinstance(resume, str) and resume.strip().lower() not in ("", "auto"):
         return Path(resume)
-    from ..checkpoint.layout import list_resumable_checkpoints
 
     found = list_resumable_checkpoints(args.output_dir) if os.path.isdir(args.output_dir) else []
     return found[-1] if found else None

@@ -16,11 +16,15 @@ import difflib
 import os
 import sys
 import textwrap
+import math
+import shlex
+import signal
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .arguments import CLIError
 from .output_dir import check_output_dir
+# What a command needs loads in the function that runs it: `trainwell --help` starts without torch.
 
 PROG = "trainwell"
 
@@ -113,7 +117,6 @@ def console_main() -> int:
     interrupt the interpreter's shutdown and print a traceback after that line: it is ignored from then on.
     """
     status = main()
-    import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     return status
@@ -392,8 +395,6 @@ def use_plain_progress(trainer: Any, stream: Any = None) -> None:
 
 def _resume_command(argv: Sequence[str]) -> str:
     """``trainwell train ARGV`` with its resume flag replaced by ``--resume_from_checkpoint auto``."""
-    import shlex
-
     kept: list[str] = []
     skip = False
     for arg in argv:
@@ -449,8 +450,6 @@ def summary_rows(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, An
                  checkpoint: str | os.PathLike | None = None) -> list[tuple[str, str]]:
     """The ``(label, value)`` rows of the end-of-run summary; ``checkpoint`` is the newest one this run wrote or
     resumed from (never another run's)."""
-    import math
-
     metrics = result.metrics
     rows = [("recipe", recipe.name), ("steps", str(result.global_step)),
             ("train loss", f"{result.training_loss:.4f} (mean over the run)")]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .arguments import CLIError
+# The checkpoint modules load when the folder is checked: `trainwell --help` imports this module.
 
 PROG = "trainwell"  # main.PROG (main imports this module)
 

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from types import FrameType
 from typing import Any
 
 from ..callbacks.base import TrainerCallback
+# The Trainer and the arguments load when the patch is applied: reading trainwell.patch_transformers loads this module.
 
 #: libraries whose trainers or configs subclass transformers' classes at import time: imported before the patch,
 #: they hold upstream's classes for good
@@ -99,8 +101,6 @@ def _warn_early_subclasses() -> None:
     """A warning naming every class :func:`early_subclasses` finds: it stays on upstream's Trainer."""
     early = early_subclasses()
     if early:
-        import warnings
-
         warnings.warn(
             f"trainwell.patch_transformers(): {len(early)} class(es) were defined before the patch and subclass "
             f"transformers' own Trainer/TrainingArguments, so they run on upstream, not trainwell: {', '.join(early)}. "

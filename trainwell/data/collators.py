@@ -21,6 +21,7 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 LABEL_KEYS = ("label", "label_ids", "labels")
 IGNORE_INDEX = -100
@@ -595,8 +596,6 @@ class DataCollatorForLanguageModeling:
         if self.seed is None:
             return None
         if self._generator is None or self._generator_pid != os.getpid():
-            from torch.utils.data import get_worker_info
-
             info = get_worker_info()
             self._generator = torch.Generator().manual_seed(self.seed + (info.id if info is not None else 0))
             self._generator_pid = os.getpid()

@@ -89,7 +89,7 @@ class DataCollatorWithFlattening:
     @staticmethod
     def _to_tensors(batch: dict[str, Any], return_tensors: str) -> dict[str, Any]:
         if return_tensors == "pt":
-            import torch
+            import torch  # the numpy path runs without torch
 
             make: Any = torch.tensor
             wide: Any = torch.int64

@@ -19,6 +19,7 @@ from typing import Any, Callable, Literal, cast
 
 from ..callbacks import TrainerCallback
 from ..utils.outputs import BestRun
+from .ray import run_hp_search_ray
 from .trials import FIXED_AT_INIT, SearchScope, SearchTrainer, trial_arguments
 
 logger = logging.getLogger("trainwell.hpsearch")
@@ -245,8 +246,6 @@ def run_hyperparameter_search(
         raise NotImplementedError("hyperparameter_search runs in a single process in trainwell; launch it without "
                                   "torchrun/accelerate (world_size=1)")
     if chosen is HPSearchBackend.RAY:
-        from .ray import run_hp_search_ray
-
         return run_hp_search_ray(trainer, hp_space, compute_objective or default_compute_objective, n_trials,
                                  _directions(direction)[0] if isinstance(direction, (str, Enum)) else direction,
                                  hp_name, search_scope=scope, **kwargs)

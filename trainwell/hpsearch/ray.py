@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
@@ -158,8 +159,6 @@ def run_hp_search_ray(trainer: SearchTrainer, hp_space: Callable[[Any], dict[str
 
 
 def _absolute_output_dir(args: Any) -> Any:
-    import dataclasses
-
     return dataclasses.replace(args, output_dir=os.path.abspath(args.output_dir))
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..utils.losses import extract_loss
@@ -260,8 +261,6 @@ class WindowScaler:
         local = [c if isinstance(c, torch.Tensor) else torch.tensor(c) for c in counts]
         summed = torch.stack(local).sum()  # a new tensor (where the labels are): the all-reduce must not alias a count
         if self.across_ranks:
-            import torch.distributed as dist
-
             total = summed.to(self.device)
             dist.all_reduce(total)  # the items of the whole global window (one collective per optimizer step)
             # every rank's micro-batch weighs c / C over the global window; DDP's mean over ranks divides by W

@@ -35,13 +35,14 @@ from .best_metric import MissingMetricError
 from . import train_hooks
 from .look_ahead import BatchLookAhead
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
+from ..runtime.distributed import all_gather_object
+from .loss_scaling import LossRule, WindowScaler, default_count, probe_loss_rule
 
 if TYPE_CHECKING:
     from torch import nn
     from torch.utils.data import DataLoader
 
     from .contract import RunParts, RunTrainer
-    from .loss_scaling import WindowScaler
 
 __all__ = ["TrainingRun", "finish", "log_save_evaluate", "log_training_window", "logged_learning_rate", "window_scaler"]
 
@@ -322,9 +323,6 @@ def finish(run: TrainingRun) -> TrainOutput:
 def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
     """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
     ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
-    from ..runtime.distributed import all_gather_object
-    from .loss_scaling import LossRule, WindowScaler, default_count, probe_loss_rule  # loaded by the first train()
-
     trainer, args = run.trainer, run.args
     ignored = all_labels_ignored(first_batch, trainer.label_names or ["labels"])
     if ignored is not None:

@@ -17,6 +17,7 @@ from ..args.fields import DebugOption
 from ..callbacks.base import TrainerCallback
 from ..utils.model_utils import unwrap_model
 from .nested import upcast_half
+from .underflow_overflow import DebugUnderflowOverflow
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments
@@ -123,7 +124,6 @@ def attach(args: TrainingArguments, model: nn.Module, callbacks: CallbackHandler
             if args.n_gpu > 1:
                 raise ValueError("debug='underflow_overflow' is not supported with several GPUs in one process "
                                  "(DataParallel); launch one process per GPU with torchrun.")
-            from .underflow_overflow import DebugUnderflowOverflow
 
             hooks.overflow_detector = DebugUnderflowOverflow(unwrap_model(model))
         if args.use_liger_kernel:  # args refused it when the package is missing

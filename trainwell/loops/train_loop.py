@@ -25,6 +25,7 @@ import torch
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 from .loss_scaling import loss_divisors
 from .step import StepRunner
+from ..checkpoint.rng import capture_rng_state, restore_rng_state
 
 if TYPE_CHECKING:
     from .run import TrainingRun
@@ -74,7 +75,6 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -
         if seekable is not None and batch_sampler is not None:
             seekable.skip(skip_batches * batch_sampler.batch_size)
             return iter(dataloader)
-        from ..checkpoint.rng import capture_rng_state, restore_rng_state
 
         # Read and dropped now, every random state kept: the uninterrupted run collated these batches before the
         # checkpoint's states were saved.

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .names import SUPPORTED_OPTIMIZERS, parse_optim_args
+from .extras import EXTRA_FACTORIES
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -235,8 +236,6 @@ def get_optimizer_cls_and_kwargs(args: Any, model: nn.Module | None = None) -> t
     that the fused AdamW kernels support its parameters. Raises ``ValueError`` for an unknown name or an
     ``optim_args`` key the optimizer does not take, ``ImportError`` when apex / bitsandbytes is missing.
     """
-    from .extras import EXTRA_FACTORIES
-
     name = _optim_name(args)
     factory = _FACTORIES.get(name) or EXTRA_FACTORIES.get(name)
     if factory is None:

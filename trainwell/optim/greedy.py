@@ -13,10 +13,9 @@ step. Its ``state_dict()`` has upstream's keys, so ``scheduler.pt`` files interc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from torch.optim import Optimizer
+from torch.optim import Optimizer
 
 __all__ = ["GreedyLR", "StreamingAverage", "get_greedy_schedule"]
 
@@ -77,8 +76,6 @@ class GreedyLR:
                  threshold: float = 1e-6, threshold_mode: str = "abs", cooldown: int = 0, warmup: int = 0,
                  min_lr: float | list[float] = 1e-3, max_lr: float | list[float] = 1.0, eps: float = 1e-8,
                  verbose: bool = False, smooth: bool = False, window_size: int = 50, reset_start: int = 500) -> None:
-        from torch.optim import Optimizer
-
         if factor >= 1.0:
             raise ValueError(f"GreedyLR: factor={factor} must be < 1.0 (the rate is multiplied by it on a plateau).")
         if not isinstance(optimizer, Optimizer):

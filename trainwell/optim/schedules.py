@@ -26,12 +26,13 @@ import warnings
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
+from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
+
 from ..utils.option_enums import SchedulerType
 from .greedy import GreedyLR, get_greedy_schedule
 
-if TYPE_CHECKING:  # torch is imported lazily so that ``import trainwell`` stays fast
+if TYPE_CHECKING:  # for annotations only (``import trainwell`` does not load this module)
     from torch.optim import Optimizer
-    from torch.optim.lr_scheduler import LambdaLR, ReduceLROnPlateau
 
 __all__ = [
     "get_constant_schedule",
@@ -54,8 +55,6 @@ _WSD_SHAPES = ("linear", "cosine", "1-sqrt")
 
 
 def _lambda_lr(optimizer: Optimizer, lr_lambda: Callable[[int], float], last_epoch: int) -> LambdaLR:
-    from torch.optim.lr_scheduler import LambdaLR
-
     return LambdaLR(optimizer, lr_lambda, last_epoch=last_epoch)
 
 
@@ -297,8 +296,6 @@ def get_inverse_sqrt_schedule(
 def get_reduce_on_plateau_schedule(optimizer: Optimizer, **kwargs: Any) -> ReduceLROnPlateau:
     """A :class:`torch.optim.lr_scheduler.ReduceLROnPlateau` (``kwargs`` are passed to it); it steps on a metric,
     so the Trainer calls ``scheduler.step(metric)`` after each evaluation."""
-    from torch.optim.lr_scheduler import ReduceLROnPlateau
-
     return ReduceLROnPlateau(optimizer, **kwargs)
 
 

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import logging
 import os
+import importlib.util
+import sys
 from collections.abc import Mapping
 from typing import Any
+
+from ..utils.option_enums import FSDPOption
 
 logger = logging.getLogger(__name__)
 
@@ -244,8 +248,6 @@ def _apply_one(args: Any, name: str, value: Any, source: str, problems: list[str
 
 
 def _apply_fsdp(args: Any, options: list[str], source: str, problems: list[str]) -> bool:
-    from ..utils.option_enums import FSDPOption
-
     if getattr(args, "deepspeed", None):
         problems.append(f"TrainingArguments.deepspeed is set but the launch asks for FSDP ({source}); keep one")
         return False
@@ -333,9 +335,6 @@ def ensure_accelerator_state(args: Any) -> None:
     ``Accelerator`` the script created keeps its settings). Call it after the process group is set up
     (``args.device``): accelerate then adopts the group instead of creating one.
     """
-    import importlib.util
-    import sys
-
     if importlib.util.find_spec("accelerate") is None or "accelerate" not in sys.modules:
         return  # a library that reads the state (TRL) has imported accelerate; a plain run never loads it
     from accelerate.state import AcceleratorState

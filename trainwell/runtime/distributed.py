@@ -13,12 +13,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+import atexit
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+import torch
+import torch.distributed as dist
+
+from .extension_builds import describe_build_locks
 
 
 @dataclass(frozen=True)
@@ -132,8 +136,6 @@ def read_launch_env(local_rank_arg: int = -1) -> LaunchEnv:
 
 def resolve_device(*, use_cpu: bool, local_rank: int) -> "torch.device":
     """The device this process trains on: its CUDA device under a launcher, else cuda:0, else MPS, else CPU."""
-    import torch
-
     if use_cpu:
         return torch.device("cpu")
     if torch.cuda.is_available():
@@ -164,8 +166,6 @@ def init_process_group(env: LaunchEnv, device: "torch.device", *, backend: str |
 
     Idempotent: an existing group (made by the user, DeepSpeed or an earlier Trainer) is kept.
     """
-    import torch.distributed as dist
-
     if not env.distributed or not dist.is_available():
         return False
     if dist.is_initialized():
@@ -174,8 +174,6 @@ def init_process_group(env: LaunchEnv, device: "torch.device", *, backend: str |
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     if device.type == "cuda":
-        import torch
-
         torch.cuda.set_device(device)
     with RendezvousWatch(env, timeout_s):
         dist.init_process_group(backend=process_group_backend(device, backend), rank=env.rank,
@@ -217,8 +215,6 @@ class RendezvousWatch:
 
     def __init__(self, env: LaunchEnv, timeout_s: float, *, first_s: float = 5.0, every_s: float = 30.0,
                  extension_builds: bool = False) -> None:
-        import threading
-
         self.env, self.timeout_s, self.first_s, self.every_s = env, timeout_s, first_s, every_s
         self.extension_builds = extension_builds  # a rank may be compiling an op (DeepSpeed): say so when it is
         self._done = threading.Event()
@@ -235,8 +231,6 @@ class RendezvousWatch:
             who = f"rank {self.env.rank} waits for rank 0 at {address} (not reachable or not started yet)"
         build = None
         if self.extension_builds:
-            from .extension_builds import describe_build_locks
-
             build = describe_build_locks()
         if build is not None:  # not a rendezvous problem: the address question would mislead
             return f"trainwell: {who}: {waited_s:.0f} s so far; {build}"
@@ -275,15 +269,12 @@ def close_process_group_at_exit() -> None:
     global _close_registered
     if _close_registered:
         return
-    import atexit
 
     atexit.register(_close_process_group)
     _close_registered = True
 
 
 def _close_process_group() -> None:
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return
     try:
@@ -300,7 +291,7 @@ def _meet_at_exit(world: int) -> None:
     """Sign off on the rendezvous store, then wait (bounded) until every rank has; a failing rank does not wait."""
     if world <= 1:
         return
-    from torch.distributed.distributed_c10d import _get_default_store
+    from torch.distributed.distributed_c10d import _get_default_store  # private; several ranks only
 
     store = _get_default_store()
     store.add("trainwell_exit", 1)
@@ -314,22 +305,16 @@ def _meet_at_exit(world: int) -> None:
 
 def is_dist() -> bool:
     """True inside an initialised process group."""
-    import torch.distributed as dist
-
     return dist.is_available() and dist.is_initialized()
 
 
 def get_rank() -> int:
     """Global rank (0 outside a process group)."""
-    import torch.distributed as dist
-
     return dist.get_rank() if is_dist() else 0
 
 
 def get_world_size() -> int:
     """Number of processes (1 outside a process group)."""
-    import torch.distributed as dist
-
     return dist.get_world_size() if is_dist() else 1
 
 
@@ -340,8 +325,6 @@ def any_rank(flags: "list[bool]", device: "torch.device | str | None" = None) ->
     """
     if not is_dist():
         return list(flags)
-    import torch
-    import torch.distributed as dist
 
     tensor = torch.tensor([int(flag) for flag in flags], dtype=torch.int32, device=device or "cpu")
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
@@ -350,8 +333,6 @@ def any_rank(flags: "list[bool]", device: "torch.device | str | None" = None) ->
 
 def barrier() -> None:
     """Wait for every rank; a no-op in a single process."""
-    import torch.distributed as dist
-
     if is_dist():
         dist.barrier()
 
@@ -360,7 +341,6 @@ def mean_across_ranks(tensor: "torch.Tensor") -> "torch.Tensor":
     """The mean of ``tensor`` over all ranks (a copy; ``tensor`` itself is unchanged outside a process group)."""
     if not is_dist():
         return tensor.detach().clone()
-    import torch.distributed as dist
 
     reduced = tensor.detach().clone()
     dist.all_reduce(reduced, op=dist.ReduceOp.SUM)
@@ -372,7 +352,6 @@ def sum_across_ranks(value: float, device: Any) -> float:
     collective with a process group, ``value`` itself without."""
     if not is_dist():
         return value
-    import torch
 
     return float(mean_across_ranks(torch.tensor(value, dtype=torch.float64, device=device))) * get_world_size()
 
@@ -384,7 +363,6 @@ def all_gather_object(obj: _T) -> list[_T]:
     """Every rank's ``obj`` in rank order (``[obj]`` in a single process)."""
     if not is_dist():
         return [obj]
-    import torch.distributed as dist
 
     gathered: list[Any] = [None] * dist.get_world_size()  # the collective puts every rank's obj in its place
     dist.all_gather_object(gathered, obj)

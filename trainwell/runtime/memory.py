@@ -13,6 +13,8 @@ import inspect
 import threading
 from typing import Any
 
+import torch
+
 # The caller's function name -> stage name.
 STAGES = {
     "__init__": "init",
@@ -44,7 +46,6 @@ class TrainerMemoryTracker:
                 self.skip_memory_metrics = True
         if self.skip_memory_metrics:
             return
-        import torch
 
         self.torch = torch if torch.cuda.is_available() else None
         self.process = psutil.Process()

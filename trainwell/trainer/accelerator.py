@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import gc
 from typing import Any, Iterator
+from types import SimpleNamespace
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..args.runtime import DEEPSPEED, FSDP, MULTI_CPU, MULTI_GPU, NO  # noqa: F401  (accelerate's names, from here too)
@@ -22,6 +24,7 @@ from ..runtime.distributed import all_gather_object, is_dist
 from ..loops.gather import gather_across_ranks
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
+from ..data.samplers import EpochSeededRandomSampler
 
 
 class TrainerAccelerator(DistributedState):
@@ -76,7 +79,6 @@ class TrainerAccelerator(DistributedState):
         config = self._trainer.backend.ds_config
         if self._trainer.args.deepspeed is None or config is None:
             return None
-        from types import SimpleNamespace
 
         return SimpleNamespace(deepspeed_config=config.config, zero_stage=config.zero_stage, hf_ds_config=config)
 
@@ -134,7 +136,6 @@ class TrainerAccelerator(DistributedState):
         out = tensor.detach().clone() * scale
         if reduction == "none" or not is_dist():
             return out
-        import torch.distributed as dist
 
         dist.all_reduce(out, op=dist.ReduceOp.SUM)
         return out / dist.get_world_size() if reduction == "mean" else out
@@ -144,7 +145,6 @@ class TrainerAccelerator(DistributedState):
         """Pad ``tensor`` along ``dim`` to the largest size any process holds (so that ``gather`` can stack it)."""
         if not is_dist() or tensor.dim() == 0:
             return tensor
-        import torch.distributed as dist
 
         size = torch.tensor([tensor.shape[dim]], device=tensor.device)
         sizes = [torch.empty_like(size) for _ in range(dist.get_world_size())]
@@ -239,8 +239,6 @@ class TrainerAccelerator(DistributedState):
 
 def _seed_random_sampler_by_epoch(loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
     """``loader`` with its ``RandomSampler`` (its own, or its batch sampler's) made epoch-seeded, in place."""
-    from ..data.samplers import EpochSeededRandomSampler
-
     holder: Any = loader.sampler  # a BatchSampler given as the sampler, else the batch sampler (which may have one)
     if not isinstance(holder, torch.utils.data.BatchSampler):
         holder = loader.batch_sampler

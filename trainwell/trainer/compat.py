@@ -14,6 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..backends.deepspeed.config import get_deepspeed_config
+from ..hpsearch import trial_arguments
+
 logger = logging.getLogger("trainwell.trainer.trainer")
 
 
@@ -51,7 +54,6 @@ def trial_arguments_from(args: Any, trial: Any) -> Any:
     """
     if not isinstance(trial, dict) or not trial:
         return None
-    from ..hpsearch import trial_arguments
 
     params = {k: v for k, v in trial.items() if k != "wandb"}  # upstream drops W&B's entry of a Ray config
     logger.info("Trial hyper-parameters: %s", params)
@@ -65,8 +67,6 @@ def tensor_parallel_size(model: nn.Module, *, deepspeed: bool) -> int:
     if model_tp is not None:
         return int(model_tp)
     if deepspeed:
-        from ..backends.deepspeed.config import get_deepspeed_config
-
         live = get_deepspeed_config()
         if live is not None:
             return int(live.get_value("tensor_parallel.autotp_size", 1))

@@ -20,6 +20,8 @@ from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..utils.preflight import check_dataset
 from ..utils.seeding import seed_worker
+from ..data.length_check import LengthCheckedIterable
+from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths, EvalShardSampler
 
 if TYPE_CHECKING:
     from torch import nn
@@ -74,8 +76,6 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
     sampler = None
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if has_length(dataset) and args.dataloader_num_workers == 0:
-            from ..data.length_check import LengthCheckedIterable
-
             dataset = LengthCheckedIterable(dataset, name.removesuffix("_dataset"))  # yielding != __len__ raises
     elif sampler_fn is not None:
         sampler = _sample(trainer, sampler_fn, dataset)
@@ -125,8 +125,6 @@ def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:
     """Seekable sampler of ``args.train_sampling_strategy``, sharded over ranks: ``"random"`` shuffles per epoch,
     ``"sequential"`` keeps the dataset's order, ``"group_by_length"`` (or the seeds' ``group_by_length=True``)
     groups similar lengths in mega-batches of one accumulation window, as upstream's ``_get_train_sampler``."""
-    from ..data.samplers import LengthGroupedSampler, ResumableSampler, infer_lengths
-
     seed = args.data_seed if args.data_seed is not None else args.seed
     # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
     common = dict(seed=seed, num_replicas=args.world_size, rank=args.process_index, shard_batch_size=batch_size)
@@ -142,7 +140,6 @@ def eval_sampler(args: Any, dataset: Any) -> Any:
     """Sequential order (each rank a contiguous share of every global batch when distributed)."""
     if args.world_size <= 1:
         return torch.utils.data.SequentialSampler(dataset)
-    from ..data.samplers import EvalShardSampler
 
     return EvalShardSampler(len(dataset), batch_size=args.eval_batch_size, num_replicas=args.world_size,
                             rank=args.process_index, drop_last=args.dataloader_drop_last)

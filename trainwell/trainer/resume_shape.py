@@ -7,6 +7,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint.layout import TRAINING_ARGS_JSON_NAME
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..loops.loop_state import TrainPlan
 
@@ -40,8 +42,6 @@ def data_shape_changed(args: Any, batch: int, step: int, data_state: dict[str, A
 
 def same_global_batch(args: Any, batch: int, data_state: dict[str, Any], folder: Path, plan: TrainPlan) -> bool:
     """Whether the checkpoint's run had this run's global batch and epoch, over another number of processes."""
-    from ..checkpoint.layout import TRAINING_ARGS_JSON_NAME
-
     try:
         saved_ga = json.loads((folder / TRAINING_ARGS_JSON_NAME).read_text()).get("gradient_accumulation_steps")
     except (OSError, ValueError, AttributeError):

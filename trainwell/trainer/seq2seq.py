@@ -16,6 +16,7 @@ from ..loops.eval_loop import _float32_outputs
 from ..utils.model_utils import unwrap_model
 from .trainer import Trainer
 from ..utils.outputs import PredictionOutput
+from ..backends.deepspeed.config import is_deepspeed_zero3_enabled
 
 PAD_INDEX = -100
 # GenerationConfig's max_length when neither the model's config nor the call sets one
@@ -192,7 +193,6 @@ class Seq2SeqTrainer(Trainer):
         longest generation, or the parameter gathers hang (upstream passes ``synced_gpus`` for the same reason)."""
         if self.args.world_size <= 1:
             return False
-        from ..backends.deepspeed.config import is_deepspeed_zero3_enabled
 
         return bool(self.args.fsdp) or is_deepspeed_zero3_enabled()
 

@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import logging
 import os
+import copy
+import json
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ...runtime.distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
-                            read_launch_env)
-from ..base import Capabilities, prepared
+                                    read_launch_env, get_rank, get_world_size)
+from ..base import Capabilities, prepared, WeightsNotGathered
 from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
+from ...checkpoint.layout import CheckpointError
+from ...checkpoint.rng import saved_rng_files
+from ...checkpoint.stream import tensor_stream
+from ...optim.schedules import get_scheduler
+from ..optimizer_state_forms import deepspeed_shards
+from .universal import load_resized
 
 logger = logging.getLogger("trainwell.deepspeed")
 
@@ -49,8 +58,6 @@ def import_deepspeed(device: torch.device | None = None) -> Any:
 
 def ensure_process_group(device: torch.device, backend: str | None = None) -> None:
     """DeepSpeed needs a process group even for one process: create one (gloo on CPU) when no launcher did."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         return
     env = read_launch_env()
@@ -275,14 +282,11 @@ class DeepSpeedBackend:
         if not self.ds_config.is_zero3() or self.model is None:
             return None
         if model_save and not self._gathers_on_model_save():
-            from ..base import WeightsNotGathered
-
             raise WeightsNotGathered(
                 "stage3_gather_16bit_weights_on_model_save is false in the DeepSpeed config, so save_model writes the "
                 "ZeRO-3 engine checkpoint (global_step*/, latest, zero_to_fp32.py) instead of consolidated weights; "
                 "get the weights with `trainwell zero-to-fp32 <folder> model.safetensors` (or the zero_to_fp32.py "
                 "script in the folder), or set stage3_gather_16bit_weights_on_model_save: true")
-        from ...checkpoint.stream import tensor_stream
 
         keep = bool(self.args.should_save)
         gathered = self.deepspeed.zero.GatheredParameters
@@ -322,7 +326,6 @@ class DeepSpeedBackend:
         """
         if self.engine is None or self.engine.optimizer is None:
             return
-        from ...runtime.distributed import get_rank, get_world_size
 
         check_deepspeed_files(Path(folder), rank=get_rank(), zero_stage=self.ds_config.zero_stage,
                               world_size=get_world_size())
@@ -333,21 +336,15 @@ class DeepSpeedBackend:
             return
         if not (Path(folder) / "latest").is_file():
             if not _saved_model_only(Path(folder)):
-                from ...checkpoint.layout import CheckpointError
-
                 raise CheckpointError(f"{folder} has no DeepSpeed checkpoint ('latest' is missing) although it was not "
                                       "saved with save_only_model=True: its optimizer and scheduler state are lost; "
                                       "resume from another checkpoint")
             logger.warning("%s has no DeepSpeed checkpoint (saved with save_only_model=True): only the model weights "
                            "are restored, the optimizer and scheduler start fresh", folder)
             return
-        from ...runtime.distributed import get_world_size
-        from ..optimizer_state_forms import deepspeed_shards
 
         saved_world = len(deepspeed_shards(Path(folder)))
         if self.ds_config.zero_stage >= 1 and saved_world and _resized(Path(folder), get_world_size()):
-            from .universal import load_resized
-
             load_resized(self.engine, Path(folder), saved_world=saved_world, scratch=Path(self.args.output_dir))
             return
         path, _ = self.engine.load_checkpoint(str(folder), load_optimizer_states=True, load_lr_scheduler_states=True)
@@ -361,9 +358,6 @@ def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int, world_siz
     rank's ZeRO optimizer shard, or, written by another number of ranks than ``world_size`` (an elastic resume
     converts it), every one of its ranks' shards. A checkpoint saved with ``save_only_model=True`` (no ``latest``)
     passes."""
-    from ...checkpoint.layout import CheckpointError
-    from ..optimizer_state_forms import deepspeed_shards
-
     latest = folder / "latest"
     if not latest.is_file():
         return  # load() decides: model-only checkpoint, or an error
@@ -389,16 +383,12 @@ def check_deepspeed_files(folder: Path, *, rank: int, zero_stage: int, world_siz
 def _resized(folder: Path, world_size: int) -> bool:
     """Whether the DeepSpeed checkpoint in ``folder`` was written by another number of ranks than ``world_size``
     (told by trainwell's RNG files, one per rank, since a missing shard must not pass for a smaller job)."""
-    from ...checkpoint.rng import saved_rng_files
-
     saved = saved_rng_files(folder)
     return bool(saved) and max(saved) + 1 != world_size
 
 
 def _saved_model_only(folder: Path) -> bool:
     """Whether the checkpoint's own ``training_args.json`` says ``save_only_model=True``."""
-    import json
-
     try:
         saved = json.loads((folder / "training_args.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -407,8 +397,6 @@ def _saved_model_only(folder: Path) -> bool:
 
 
 def _copy(config: dict[str, Any]) -> dict[str, Any]:
-    import copy
-
     return copy.deepcopy(config)
 
 
@@ -438,8 +426,6 @@ def _choose_optimization(config: dict[str, Any], args: Any, optimizer: Any, lr_s
 
 def _trainer_schedule_factory(args: Any, num_training_steps: int | None) -> Any:
     """A callable DeepSpeed calls with its optimizer to build trainwell's ``lr_scheduler_type`` schedule."""
-    from ...optim.schedules import get_scheduler
-
     if num_training_steps is None:
         raise ValueError("A DeepSpeed config optimizer with the trainer's scheduler needs the number of training "
                          "steps; train through Trainer.train(), or add a 'scheduler' section to the DeepSpeed config")

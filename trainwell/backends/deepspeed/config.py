@@ -276,7 +276,7 @@ def infer_hidden_size(model: "nn.Module") -> int | None:
         sizes = _config_get(source, "hidden_sizes")
         if sizes:
             return int(max(sizes))
-    from torch import nn
+    from torch import nn  # TrainingArguments reads this module without torch
 
     widths = [m.in_features for m in model.modules() if isinstance(m, nn.Linear)]
     return max(widths) if widths else None

@@ -25,9 +25,18 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import contextlib
+import io
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import torch
+
+from ...checkpoint.commit import test_hook
+from ...checkpoint.layout import CheckpointError
+from ...checkpoint.nodes import node_index
+from ...runtime.distributed import get_rank, all_gather_object, barrier, get_world_size
 
 logger = logging.getLogger("trainwell.deepspeed")
 
@@ -37,9 +46,6 @@ CONVERSION_PREFIX = ".tmp-universal-"
 
 def _convert(step_folder: Path, output: Path) -> None:
     """``ds_to_universal`` of one tag folder (one worker each: the conversion is file work, not compute)."""
-    import contextlib
-    import io
-
     from deepspeed.checkpoint.ds_to_universal import main
 
     options = SimpleNamespace(input_folder=str(step_folder), output_folder=str(output), num_extract_workers=1,
@@ -61,9 +67,6 @@ def _partitions_seen(folder: Path, tag: str) -> list[int]:
 
 def _convert_here(folder: Path, tag: str, scratch: Path) -> tuple[str | None, str | None]:
     """Convert ``folder``'s ``tag`` into a new conversion folder of ``scratch``: (its path, None) or (None, error)."""
-    from ...checkpoint.commit import test_hook
-    from ...runtime.distributed import get_rank
-
     # absolute: the path is sent to the other ranks, whose working folder may differ (a relative output_dir)
     converted = scratch.resolve() / f"{CONVERSION_PREFIX}{tag}-{os.getpid()}"
     try:
@@ -81,8 +84,6 @@ def _convert_here(folder: Path, tag: str, scratch: Path) -> tuple[str | None, st
 
 def _refuse_partial_copies(folder: Path, views: list[tuple[int, list[int]]], saved_world: int) -> None:
     """Step 1: every rank must see every partition, or every rank refuses (the same data on every rank)."""
-    from ...checkpoint.layout import CheckpointError
-
     everything = sorted({r for _, seen in views for r in seen})
     wanted = list(range(max([saved_world - 1, *everything]) + 1))
     blind = sorted({(rank, node) for rank, (node, seen) in enumerate(views) if seen != wanted})
@@ -100,10 +101,6 @@ def load_resized(engine: Any, folder: Path, *, saved_world: int, scratch: Path) 
     """Load the DeepSpeed checkpoint in ``folder`` (written by ``saved_world`` ranks) into ``engine`` on this
     number of ranks (a collective; the steps of the module docstring). ``scratch``: where a conversion is written
     (this rank's ``output_dir``)."""
-    from ...checkpoint.layout import CheckpointError
-    from ...checkpoint.nodes import node_index
-    from ...runtime.distributed import all_gather_object, barrier, get_rank, get_world_size
-
     rank, world = get_rank(), get_world_size()
     tag = (folder / "latest").read_text(encoding="utf-8").strip()
     views = all_gather_object((node_index(rank), _partitions_seen(folder, tag)))
@@ -142,9 +139,6 @@ def _conversion_seen_here(folder: Path, tag: str, scratch: Path, first: str, vie
                           mine: list[str]) -> str:
     """Step 3 (a collective): the conversion this rank loads, rank 0's where every rank sees it, else its node's own
     (converted here by the node's first rank, appended to ``mine``); every rank refuses when a rank sees none."""
-    from ...checkpoint.layout import CheckpointError
-    from ...runtime.distributed import all_gather_object, get_rank
-
     rank = get_rank()
     sees = all_gather_object(Path(first).is_dir())
     if all(sees):
@@ -181,8 +175,6 @@ def _unshare_steps(zero_optimizer: Any) -> None:
     sub-group; torch's Adam increments it in place once per sub-group, so after one step a model of two groups
     counts two and the bias correction drifts (8.5e-4 after 6 steps on the test's model).
     """
-    import torch
-
     inner = getattr(zero_optimizer, "optimizer", None)
     for state in getattr(inner, "state", {}).values():
         step = state.get("step")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+# torch, safetensors and the pickle check load in the functions: `trainwell zero-to-fp32 --help` imports this module.
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

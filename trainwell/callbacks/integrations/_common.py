@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from ...utils.trackers import TRACKERS, is_installed, missing_packages_error
+from .tensorboard import as_scalar
 
 __all__ = ["SINGLE_VALUE_SCALARS", "check_installed", "env_flag", "require", "run_config", "flatten", "scalar_logs"]
 
@@ -69,8 +70,6 @@ def run_config(args: Any, model: Any) -> dict[str, Any]:
 
 def scalar_logs(logs: dict[str, Any]) -> tuple[dict[str, float], list[str]]:
     """The real-number entries of ``logs`` (tensors of one element included) and the names of the others."""
-    from .tensorboard import as_scalar
-
     numbers: dict[str, float] = {}
     dropped: list[str] = []
     for key, value in logs.items():

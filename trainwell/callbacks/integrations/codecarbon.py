@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..base import TrainerCallback
 from ._common import check_installed, require
 
@@ -23,7 +25,6 @@ class CodeCarbonCallback(TrainerCallback):
 
     def __init__(self) -> None:
         check_installed("codecarbon")
-        import torch
 
         if getattr(torch.version, "hip", None):
             raise RuntimeError("CodeCarbonCallback does not support AMD ROCm (codecarbon cannot measure it): remove "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ._common import check_installed, env_flag, require
 from ..base import TrainerCallback
 from ._lazy import LazyTrackerCallback
+from ...checkpoint.weights import save_model_weights
 
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
@@ -86,8 +87,6 @@ class DVCLiveCallback(LazyTrackerCallback):
         if not (self._initialized and state.is_world_process_zero):
             return
         if self._log_model is True and model is not None:
-            from ...checkpoint.weights import save_model_weights
-
             name = "best" if args.load_best_model_at_end else "last"
             folder = os.path.join(args.output_dir, name)
             save_model_weights(model, folder, safe_serialization=args.save_safetensors)

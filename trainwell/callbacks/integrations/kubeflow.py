@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import time
+import ssl
+import urllib.request
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +65,6 @@ class KubeflowCallback(TrainerCallback):
     def _send(self, progress: int | None, seconds_left: float | None, metrics: dict[str, Any] | None,
               force: bool = False) -> bool:
         """POST one status; True when the server answered 200 (throttled, failed and token-less sends are False)."""
-        import ssl
-        import urllib.request
-
         url = os.environ.get(SERVER_URL)
         now = time.monotonic()
         if not url or (not force and now - self._last_sent < self.min_interval_s):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import TrainerCallback
 from ._common import flatten
 from .tensorboard import as_scalar
+from ...utils.trackers import is_installed
 
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
@@ -46,8 +47,6 @@ def _import_mlflow() -> Any:
 
 
 def _mlflow_installed() -> bool:
-    from ...utils.trackers import is_installed
-
     return is_installed("mlflow")
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import TrainerCallback
 from ._common import check_installed, require
 from .tensorboard import rewrite_logs
+from ... import __version__
 
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
@@ -106,7 +107,6 @@ class NeptuneCallback(TrainerCallback):
             return
         if self._run is None and self._initial_run is None and self._init_run_kwargs.get("name") is None:
             self._init_run_kwargs["name"] = args.run_name  # trainwell: the run is named like the other trackers'
-        from ... import __version__
 
         self.run[self.integration_version_key] = __version__
         if self._log_parameters:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ._common import SINGLE_VALUE_SCALARS, check_installed, env_flag, require, run_config
 from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
+from ...checkpoint.weights import save_model_weights
 
 if TYPE_CHECKING:
     from ..state import TrainerControl, TrainerState
@@ -141,7 +142,6 @@ class WandbCallback(LazyTrackerCallback):
         """With ``WANDB_LOG_MODEL=end`` (or ``checkpoint``), upload the final model as an artifact."""
         if not self._log_model.is_enabled or not self._logging(state) or model is None:
             return
-        from ...checkpoint.weights import save_model_weights
 
         metadata = self._numeric_summary()
         metadata["final_model"] = True

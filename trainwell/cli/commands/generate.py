@@ -16,6 +16,7 @@ from ..arguments import CLIError, RaisingArgumentParser, positive_int
 
 from ..recipes import MODEL_CONFIG_NAME as CONFIG_NAME
 from ..recipes import MODEL_TYPE
+# torch and the model load when the command runs: `trainwell generate --help` starts without them.
 
 
 def _find(folder: Path, name: str) -> Path | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arguments import CLIError, RaisingArgumentParser
+# The checkpoint layout and matplotlib load when the command runs: `trainwell plot --help` stays light.
 
 PLOT_FILE_NAME = "training_curves.png"
 _SKIPPED_SUFFIXES = ("_runtime", "_samples_per_second", "_steps_per_second", "_model_preparation_time",

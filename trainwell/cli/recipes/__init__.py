@@ -8,9 +8,13 @@ A :class:`Recipe` is default ``TrainingArguments`` values plus a ``build()`` tha
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
+from pathlib import Path
 
 from .config import Components, Recipe, RecipeError, call_factory, load_object, load_recipe
+# The built-in model (torch) loads when the recipe is built: `trainwell train --help` reads this module.
 
 __all__ = ["Components", "Recipe", "RecipeError", "call_factory", "default_recipe", "load_object", "load_recipe",
            "DEFAULT_RECIPE_ARGS"]
@@ -60,9 +64,6 @@ def _build_default() -> Components:
 
 def _finish_default(components: Components, trainer: Any) -> list[tuple[str, str]]:
     """Save the vocabulary and model config next to the model and show a sampled continuation of a prompt."""
-    import json
-    from pathlib import Path
-
     from . import charlm
 
     vocab = components.extras["vocab"]
@@ -81,8 +82,6 @@ MAX_STEPS_ENV = "TRAINWELL_RECIPE_MAX_STEPS"
 
 def default_recipe() -> Recipe:
     """The built-in recipe: a 2-layer character transformer on the standard library's docstrings."""
-    import os
-
     args = dict(DEFAULT_RECIPE_ARGS)
     wanted = os.environ.get(MAX_STEPS_ENV, "").strip()
     if wanted:

@@ -30,9 +30,11 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+# yaml loads when a recipe file is read: `trainwell train --help` imports this module.
 
 RECIPE_KEYS = ("model", "train_dataset", "eval_dataset", "datasets", "data_collator", "compute_metrics", "args")
 
@@ -135,8 +137,6 @@ def call_factory(spec: Any, *, key: str, source: str = "") -> Any:
 
 def _check_signature(factory: Callable, kwargs: Mapping[str, Any], path: str, where: str) -> None:
     """Fail early, naming the factory, when the YAML kwargs do not fit its signature."""
-    import inspect
-
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):  # some builtins have no signature: let the call decide
