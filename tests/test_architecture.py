@@ -67,7 +67,7 @@ def _imported_modules(path: Path) -> set[str]:
     rel = path.relative_to(PACKAGE.parent).with_suffix("").parts
     package_parts = list(rel[:-1]) if path.name != "__init__.py" else list(rel[:-1])
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package_parts[: len(package_parts) - node.level + 1]
@@ -191,7 +191,7 @@ def _module_imports(path: Path, me: str | None = None, *, type_only: bool = Fals
     me = me or _module_name(path)
     package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
     found: set[str] = set()
-    tree = ast.parse(path.read_text())
+    tree = _parsed(path)
     for node in ast.walk(tree) if type_only else _runtime_nodes(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -346,7 +346,7 @@ def test_the_top_level_shows_the_architecture():
 def _backend_getattrs(path: Path) -> list[str]:
     """``getattr(<x>.backend, ...)`` / ``hasattr(<x>.backend, ...)`` calls in ``path``: a hook found by name."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(_parsed(path)):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr") \
                 and node.args:
             target = node.args[0]
@@ -503,6 +503,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
 
 @functools.lru_cache(maxsize=None)
 def _parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per session (the guards read every module several times; never mutate
+    it)."""
     return ast.parse(path.read_text())
 
 
