@@ -1,10 +1,10 @@
 """The background uploader of ``checkpoint_store``: publishes committed checkpoints off the training thread.
 
 One daemon thread takes the jobs in order (upload ``checkpoint-<step>``, then rotate the store), retries a failed
-job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails, or that has not
-finished by its deadline (``deadline_s`` plus a second per ``MIN_RATE`` bytes of the checkpoint after it started: a
-store that stopped answering, whose request can hang far longer than any retry), is kept as the uploader's error: the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``)
-raise it, naming the checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the
+job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails, or that has
+not finished by its deadline (``deadline_s`` plus a second per ``MIN_RATE`` bytes of the checkpoint after it started:
+a store that stopped answering, whose request can hang far longer than any retry), is kept as the uploader's error:
+the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``) raise it, naming the checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the
 bench reports: checkpoints and bytes uploaded, seconds spent uploading in the background, and seconds the
 training thread was blocked by the store (submitting, and waiting for the last upload at the end).
 """
@@ -97,7 +97,7 @@ class StoreUploader:
             return tuple(self._folders)
 
     def raise_if_failed(self) -> None:
-        """Raise the error of a failed upload, or of one running past ``deadline_s`` (once kept, it stays)."""
+        """Raise the error of a failed upload, or of one running past its deadline (once kept, it stays)."""
         current = self._current
         if self.error is None and current is not None and time.monotonic() > current[1]:
             self.error = CheckpointError(
