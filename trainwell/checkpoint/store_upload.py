@@ -4,9 +4,10 @@ One daemon thread takes the jobs in order (upload ``checkpoint-<step>``, then ro
 job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails, or that has
 not finished by its deadline (``deadline_s`` plus a second per ``MIN_RATE`` bytes of the checkpoint after it started:
 a store that stopped answering, whose request can hang far longer than any retry), is kept as the uploader's error:
-the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``) raise it, naming the checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the
-bench reports: checkpoints and bytes uploaded, seconds spent uploading in the background, and seconds the
-training thread was blocked by the store (submitting, and waiting for the last upload at the end).
+the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``) raise it, naming the
+checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the bench reports:
+checkpoints and bytes uploaded, seconds spent uploading in the background, and seconds the training thread was
+blocked by the store (submitting, and waiting for the last upload at the end).
 """
 
 from __future__ import annotations
