@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..base import TrainerCallback
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["LazyTrackerCallback"]
 

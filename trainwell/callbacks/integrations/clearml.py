@@ -17,7 +17,7 @@ from ..base import TrainerCallback
 from ._lazy import LazyTrackerCallback
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["ClearMLCallback"]
 

@@ -15,7 +15,7 @@ from ..base import TrainerCallback
 from ._common import check_installed, require
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["CodeCarbonCallback"]
 

@@ -18,7 +18,7 @@ from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["CometCallback"]
 

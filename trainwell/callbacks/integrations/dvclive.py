@@ -17,7 +17,7 @@ from ._lazy import LazyTrackerCallback
 from ...checkpoint.weights import save_model_weights
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["DVCLiveCallback"]
 

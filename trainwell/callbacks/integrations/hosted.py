@@ -17,7 +17,7 @@ from ._common import check_installed, env_flag
 from .mlflow import MLflowCallback
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["AzureMLCallback", "DagsHubCallback", "FlyteCallback"]
 

@@ -23,7 +23,7 @@ from ...utils.trackers import is_kubeflow_available
 from ..base import TrainerCallback
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["KubeflowCallback"]
 

@@ -20,7 +20,7 @@ from .tensorboard import as_scalar
 from ...utils.trackers import is_installed
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["MLflowCallback"]
 

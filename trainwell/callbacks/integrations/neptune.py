@@ -17,7 +17,7 @@ from .tensorboard import rewrite_logs
 from ... import __version__
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["NeptuneCallback", "NeptuneMissingConfiguration"]
 

@@ -17,7 +17,7 @@ from ._lazy import LazyTrackerCallback
 from .tensorboard import rewrite_logs
 
 if TYPE_CHECKING:
-    from ..state import TrainerState
+    from ...utils.trainer_state import TrainerState
 
 __all__ = ["SwanLabCallback"]
 

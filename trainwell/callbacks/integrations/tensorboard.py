@@ -12,7 +12,7 @@ from ...utils.trackers import is_installed
 from ..base import TrainerCallback
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["TensorBoardCallback", "rewrite_logs", "as_scalar"]
 

@@ -23,7 +23,7 @@ from .tensorboard import rewrite_logs
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["TrackioCallback"]
 

@@ -21,7 +21,7 @@ from .tensorboard import rewrite_logs
 from ...checkpoint.weights import save_model_weights
 
 if TYPE_CHECKING:
-    from ..state import TrainerControl, TrainerState
+    from ...utils.trainer_state import TrainerControl, TrainerState
 
 __all__ = ["WandbCallback", "WandbLogModel"]
 
