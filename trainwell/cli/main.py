@@ -331,7 +331,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     arguments after ``trainwell train``), and returns 130/143 without evaluating or printing the summary.
     """
     from .. import Trainer
-    from ..trainer.run_report import newest_checkpoint_of_run, leave_out_resume_advice
+    from ..trainer.checkpointing.run_report import newest_checkpoint_of_run, leave_out_resume_advice
     from ..callbacks.logfile import LogFileCallback
     from ..utils.seeding import set_seed
 
@@ -420,7 +420,7 @@ def _newest_checkpoint_and_resume(args: Any, argv: Sequence[str]) -> str:
 def _report_preemption(trainer: Any, argv: Sequence[str]) -> int:
     """One line saying where the checkpoint is and how to resume; the exit status of the signal."""
     signal_name = getattr(trainer, "preempted_by", None) or "SIGTERM"
-    from ..trainer.run_report import newest_checkpoint_of_run
+    from ..trainer.checkpointing.run_report import newest_checkpoint_of_run
 
     command = _resume_command(argv)
     checkpoint = newest_checkpoint_of_run(trainer)

@@ -31,13 +31,13 @@ from ..utils.model_utils import unwrap_model
 from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
 from ..utils.overrides import accepts, call_override
 from ..utils.seeding import enable_full_determinism, set_seed
-from . import saving
-from .checkpoints import TrainerCheckpoints
+from .checkpointing import saving
+from .checkpointing.checkpoints import TrainerCheckpoints
 from .eval_model import model_for_eval
 from .init_checks import (call_model_init, check_args_object, check_before_training, check_metric_for_best_model,
                           check_quantized_model, initial_model, is_bitsandbytes_quantized)
 from .inputs import BatchMover
-from .output_dir import require_output_dir
+from .checkpointing.output_dir import require_output_dir
 from .run_fields import RunField
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
@@ -65,10 +65,10 @@ class Trainer:
     ``compute_loss``, ``training_step``, ``create_optimizer``, ``get_train_dataloader``... exactly as there.
 
     It is composed of parts with explicit inputs, each the one attribute holding its state: the checkpoints
-    (``_tw_checkpoints``, :mod:`trainwell.trainer.checkpoints`), the hub (``_tw_hub``, :mod:`trainwell.trainer.hub`),
-    the ``accelerator`` emulation; the upstream methods delegate to them in a few lines. trainwell's own private
-    attributes all start with ``_tw_`` (the others are upstream's, with upstream's meaning), so that a subclass's own
-    names (``_loop``, ``_parts``...) never collide with them.
+    (``_tw_checkpoints``, :mod:`trainwell.trainer.checkpointing.checkpoints`), the hub (``_tw_hub``,
+    :mod:`trainwell.trainer.hub`), the ``accelerator`` emulation; the upstream methods delegate to them in a few
+    lines. trainwell's own private attributes all start with ``_tw_`` (the others are upstream's, with upstream's
+    meaning), so that a subclass's own names (``_loop``, ``_parts``...) never collide with them.
     """
 
     # As upstream: True in a subclass whose compute_loss already normalises over the whole accumulated batch, False
@@ -717,7 +717,7 @@ class Trainer:
                                          n_trials=n_trials, direction=direction, backend=backend, hp_name=hp_name,
                                          scope=self._tw_search_scope, **kwargs)
 
-    # ------------------------------------------------------------------- checkpoints (trainer.checkpoints part)
+    # --------------------------------------------------------- checkpoints (the trainer.checkpointing.checkpoints part)
     def _save_checkpoint(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor | None = None) -> Path:
         """Write ``checkpoint-<global_step>`` atomically (every resumable state), then rotate old ones."""
         return self._tw_checkpoints.save(model, trial, tr_loss=tr_loss,

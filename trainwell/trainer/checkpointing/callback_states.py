@@ -1,7 +1,7 @@
 """The callbacks' states in a checkpoint (``TrainerState.stateful_callbacks``, upstream's format): export and restore.
 
-Used by :class:`trainwell.trainer.checkpoints.TrainerCheckpoints` when it saves and resumes (loaded there, not by
-``import trainwell``).
+Used by :class:`trainwell.trainer.checkpointing.checkpoints.TrainerCheckpoints` when it saves and resumes (loaded
+there, not by ``import trainwell``).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: Abstract
     ``recovered``: names of checkpoints this start promoted from an interrupted save (the relaunched job's own): not
     named as superseded.
     """
-    from ..checkpoint.layout import delete_checkpoint, list_complete_checkpoints
+    from ...checkpoint.layout import delete_checkpoint, list_complete_checkpoints
 
     if resume_from is not None or not args.output_dir or not Path(args.output_dir).is_dir():
         return
@@ -82,11 +82,11 @@ def run_identity(args: Any, resumed: Path | None) -> str:
     one. Rank 0's on every rank (one gather), so that every saving rank writes the same into its markers."""
     import uuid
 
-    from ..checkpoint.layout import checkpoint_run
+    from ...checkpoint.layout import checkpoint_run
 
     identity = (checkpoint_run(resumed) if resumed is not None else None) or uuid.uuid4().hex[:16]
     if args.world_size > 1:
-        from ..runtime.distributed import all_gather_object, is_dist
+        from ...runtime.distributed import all_gather_object, is_dist
 
         if is_dist():
             identity = all_gather_object(identity)[0]
@@ -97,7 +97,7 @@ def resume_advice(output_dir: str, folder: Path) -> str:
     """How to continue from ``folder``, this run's newest checkpoint: ``resume_from_checkpoint=True`` where that
     picks it (it is the newest of ``output_dir``), else its path (a run that went back to an older checkpoint leaves
     newer ones of its abandoned continuation, which ``True`` would pick)."""
-    from ..checkpoint.layout import list_resumable_checkpoints
+    from ...checkpoint.layout import list_resumable_checkpoints
 
     found = list_resumable_checkpoints(output_dir)
     if found and found[-1].resolve() == Path(folder).resolve():

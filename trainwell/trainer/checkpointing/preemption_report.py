@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..checkpoint.async_save import AsyncSaver
+    from ...checkpoint.async_save import AsyncSaver
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 

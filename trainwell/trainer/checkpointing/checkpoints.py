@@ -22,25 +22,25 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import nn
 
-from ..backends.base import Backend
-from ..utils.trainer_state import TrainerControl, TrainerState
-from ..utils.model_utils import unwrap_model
-from ..utils.overrides import call_override
+from ...backends.base import Backend
+from ...utils.trainer_state import TrainerControl, TrainerState
+from ...utils.model_utils import unwrap_model
+from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
 from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity
 from .preemption_report import close_progress_bars, wait_for_preemption_save
 from .resume_arguments import warn_changed_arguments
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
-    from ..args.fields import TrainingArguments
-    from ..callbacks.events import CallbackHandler
-    from ..checkpoint.async_save import AsyncSaver
-    from ..checkpoint.lock import OutputDirLock
-    from ..checkpoint.manager import CheckpointContents
-    from ..checkpoint.preemption import PreemptionGuard
-    from ..loops.look_ahead import BatchLookAhead
-    from ..loops.loop_state import DataPosition, LoopState, Resumed, TrainPlan
-    from ..loops.run import TrainingRun
+    from ...args.fields import TrainingArguments
+    from ...callbacks.events import CallbackHandler
+    from ...checkpoint.async_save import AsyncSaver
+    from ...checkpoint.lock import OutputDirLock
+    from ...checkpoint.manager import CheckpointContents
+    from ...checkpoint.preemption import PreemptionGuard
+    from ...loops.look_ahead import BatchLookAhead
+    from ...loops.loop_state import DataPosition, LoopState, Resumed, TrainPlan
+    from ...loops.run import TrainingRun
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -100,7 +100,7 @@ class TrainerCheckpoints:
     preemption (SIGTERM/SIGINT -> a checkpoint and a clean stop), rotation, the best model and ``save_model``."""
 
     def __init__(self, trainer: CheckpointHost, *, args: TrainingArguments, backend: Backend) -> None:
-        from ..checkpoint.manager import CheckpointManager
+        from ...checkpoint.manager import CheckpointManager
 
         self._trainer = trainer  # read for what changes while training; its overridable methods are called back
         self.args, self.backend = args, backend
@@ -138,11 +138,11 @@ class TrainerCheckpoints:
                 "written by an engine (DeepSpeed's save_checkpoint, the ZeroRedundancyOptimizer state of "
                 "sharded_ddp) synchronously, with collectives on the training process group, so it cannot run in "
                 "a background thread; set async_save=False (one process, DDP and FSDP support it)")
-        from ..checkpoint.async_save import AsyncSaver
-        from ..runtime.distributed import is_dist
+        from ...checkpoint.async_save import AsyncSaver
+        from ...runtime.distributed import is_dist
 
         if self.args.world_size > 1 and is_dist():
-            from ..checkpoint.async_save import new_saver_group
+            from ...checkpoint.async_save import new_saver_group
 
             return AsyncSaver(group=new_saver_group(timeout_s=getattr(self.args, "ddp_timeout", None)))
         return AsyncSaver()
@@ -157,8 +157,8 @@ class TrainerCheckpoints:
         ``tr_loss`` is accepted for the callers' sake: the running loss is read from ``loop`` (so that an override
         calling ``super()._save_checkpoint(model, trial)`` without it still writes ``data_state.json``).
         ``look_ahead``: the loader's look-ahead, a part saved per rank (default, with ``loop``: the running run's)."""
-        from ..checkpoint.manager import CheckpointContents
-        from ..loops.look_ahead import CHECKPOINT_NAME
+        from ...checkpoint.manager import CheckpointContents
+        from ...loops.look_ahead import CHECKPOINT_NAME
 
         trainer = self._trainer
         run = trainer._tw_run if look_ahead is None and loop is not None else None
@@ -185,7 +185,7 @@ class TrainerCheckpoints:
 
         Takes the ``output_dir`` lock first (world process zero; released by :meth:`release_output_dir`), then
         removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone."""
-        from ..checkpoint.layout import cleanup_incomplete
+        from ...checkpoint.layout import cleanup_incomplete
 
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
@@ -225,7 +225,7 @@ class TrainerCheckpoints:
         """The folder names the saving ranks report (every rank decides alike from them)."""
         mine = {p.name for p in names}
         if self.args.world_size > 1:
-            from ..runtime.distributed import all_gather_object, is_dist
+            from ...runtime.distributed import all_gather_object, is_dist
 
             if is_dist():
                 return set().union(*all_gather_object(mine))
@@ -235,7 +235,7 @@ class TrainerCheckpoints:
         """Every rank waits for the saving rank's clean-up: it may have promoted an interrupted save's folder
         into place (the newest checkpoint), which every rank must see when it decides where to resume."""
         if self.args.world_size > 1:
-            from ..runtime.distributed import barrier, is_dist
+            from ...runtime.distributed import barrier, is_dist
 
             if is_dist():
                 barrier()
@@ -244,7 +244,7 @@ class TrainerCheckpoints:
         """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh).
 
         One command then serves the first attempt of a job and every requeued one; the choice is logged."""
-        from ..checkpoint.layout import list_resumable_checkpoints
+        from ...checkpoint.layout import list_resumable_checkpoints
 
         if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
             return resume_from_checkpoint
@@ -260,7 +260,7 @@ class TrainerCheckpoints:
     def _lock_output_dir(self) -> None:
         """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
         (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
-        from ..checkpoint.lock import OutputDirLock, OutputDirLockedError
+        from ...checkpoint.lock import OutputDirLock, OutputDirLockedError
 
         error: Exception | None = None
         if self.args.process_index == 0 and self.output_dir_lock is None and self.args.output_dir:
@@ -279,7 +279,7 @@ class TrainerCheckpoints:
                 except Exception as err:  # held by another run, or out of reach: every rank fails with it, now
                     error = err
         if self.args.world_size > 1:
-            from ..runtime.distributed import all_gather_object, is_dist
+            from ...runtime.distributed import all_gather_object, is_dist
 
             if is_dist():
                 message = all_gather_object(str(error) if error is not None else None)[0]
@@ -290,7 +290,7 @@ class TrainerCheckpoints:
 
     def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
         """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
-        from ..checkpoint.layout import list_foreign_checkpoints
+        from ...checkpoint.layout import list_foreign_checkpoints
 
         if not self.args.should_save or self.args.save_strategy == "no":
             return
@@ -316,8 +316,8 @@ class TrainerCheckpoints:
     def load(self, folder: Path, plan: TrainPlan, look_ahead: BatchLookAhead | None = None) -> Resumed:
         """Restore model, optimizer, scheduler, scaler, RNG and the run's ``look_ahead`` from ``folder``; returns the
         data position and the TrainerState (with this run's plan) to adopt, and the callbacks' states restored."""
-        from ..backends.optimizer_state_forms import check_resumable
-        from ..loops.loop_state import Resumed
+        from ...backends.optimizer_state_forms import check_resumable
+        from ...loops.loop_state import Resumed
 
         # another backend's optimizer state is refused now, on every rank, before anything is loaded
         check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
@@ -345,7 +345,7 @@ class TrainerCheckpoints:
                        step: int) -> DataPosition:
         """Where the data stream stood in the checkpoint of ``step`` (derived from the step when it cannot be
         restored)."""
-        from ..loops.loop_state import DataPosition
+        from ...loops.loop_state import DataPosition
         from .resume_shape import data_shape_changed
 
         trainer = self._trainer
@@ -397,7 +397,7 @@ class TrainerCheckpoints:
         A second Ctrl-C during the save (a stop was already requested) quits at once, saying which checkpoint is
         left to resume from.
         """
-        from ..checkpoint.layout import list_complete_checkpoints
+        from ...checkpoint.layout import list_complete_checkpoints
 
         try:
             return self._write(tr_loss, loop)
@@ -457,7 +457,7 @@ class TrainerCheckpoints:
             rotate()
 
     def _publish(self, folder: Path, best: str | None, rotate: Any) -> bool:
-        from ..checkpoint.nodes import node_index, saving_nodes
+        from ...checkpoint.nodes import node_index, saving_nodes
 
         assert self.store is not None
         nodes = saving_nodes(self.manager.output_dir)
@@ -487,7 +487,7 @@ class TrainerCheckpoints:
         """Delete the oldest of trainwell's checkpoints in ``output_dir`` (default: ``args.output_dir``) beyond
         ``save_total_limit``, never the best one nor a folder trainwell did not write. ``use_mtime`` is accepted
         for upstream's signature: the order is always the step's (a file's time can move backwards on a copy)."""
-        from ..checkpoint.manager import CheckpointManager
+        from ...checkpoint.manager import CheckpointManager
 
         manager = self.manager
         if output_dir is not None and Path(output_dir).resolve() != Path(self.output_dir).resolve():
@@ -502,7 +502,7 @@ class TrainerCheckpoints:
         """trainwell's complete checkpoints named ``<prefix>-<step>`` in ``output_dir``, oldest first (by
         modification time with ``use_mtime``); as upstream, the best checkpoint is moved towards the end so that a
         rotation taking from the front keeps it."""
-        from ..checkpoint.layout import list_complete_checkpoints
+        from ...checkpoint.layout import list_complete_checkpoints
 
         found = [p for p in list_complete_checkpoints(output_dir or self.output_dir, current_run=self.manager.run_id)
                  if p.name.startswith(f"{prefix}-")]
@@ -521,7 +521,7 @@ class TrainerCheckpoints:
         """Turn SIGTERM/SIGINT into a graceful stop for the duration of ``train()`` (see :meth:`stop_if_preempted`)."""
         self.preempted = False
         self.preempted_by = None
-        from ..checkpoint.preemption import PreemptionGuard
+        from ...checkpoint.preemption import PreemptionGuard
 
         self.preemption_collective = self.args.world_size > 1
         with PreemptionGuard() as guard:
@@ -545,7 +545,7 @@ class TrainerCheckpoints:
             return guard.requested_on_any_rank(self.args.device)
         # async_save with several ranks: the same all-reduce tells every rank, at the same step, that a background
         # save failed somewhere; all then raise it together (wait() agrees on the saver's own group).
-        from ..runtime.distributed import any_rank
+        from ...runtime.distributed import any_rank
 
         requested, failed = any_rank([guard.requested, saver.failed], self.args.device)
         if failed:

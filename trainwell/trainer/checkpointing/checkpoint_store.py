@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used: a run without a store loads neither fsspec nor the uploader
-    from ..checkpoint.store import CheckpointStore
-    from ..checkpoint.store_upload import StoreUploader, UploadStats
+    from ...checkpoint.store import CheckpointStore
+    from ...checkpoint.store_upload import StoreUploader, UploadStats
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 
@@ -36,7 +36,7 @@ class StoreSync:
         url = getattr(args, "checkpoint_store", None)
         if not url:
             return None
-        from ..checkpoint.store import CheckpointStore
+        from ...checkpoint.store import CheckpointStore
 
         return cls(CheckpointStore(url, getattr(args, "storage_options", None)), args.save_total_limit)
 
@@ -46,7 +46,7 @@ class StoreSync:
             return
         import uuid
 
-        from ..checkpoint.store_upload import StoreUploader
+        from ...checkpoint.store_upload import StoreUploader
 
         owner = uuid.uuid4().hex
         self.store.acquire_lock(owner)
@@ -88,7 +88,7 @@ class StoreSync:
         this rank is node ``node``'s saver (see :meth:`CheckpointStore.upload`). False when nothing is queued here
         (the caller rotates itself)."""
         if self.uploader is None and saves and nodes > 1:  # another node's saver: its own uploader, no lock
-            from ..checkpoint.store_upload import StoreUploader
+            from ...checkpoint.store_upload import StoreUploader
 
             self.uploader = StoreUploader(self.store)
             self.stats = self.uploader.stats
@@ -111,7 +111,7 @@ class StoreSync:
         """A resume (``True`` or ``"auto"``): download the store's newest complete checkpoint into ``output_dir``
         (every checksum verified; a damaged one falls back to the one before), and the best one it names; a copy
         already in ``output_dir`` is kept. Returns the newest one's local folder (None: nothing on the store)."""
-        from ..checkpoint.layout import CheckpointError
+        from ...checkpoint.layout import CheckpointError
 
         auto = isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"
         if not (resume_from_checkpoint is True or auto):

@@ -7,10 +7,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.layout import TRAINING_ARGS_JSON_NAME
+from ...checkpoint.layout import TRAINING_ARGS_JSON_NAME
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..loops.loop_state import TrainPlan
+    from ...loops.loop_state import TrainPlan
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 

@@ -7,8 +7,8 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..args.fields import TrainingArguments
-    from ..utils.trainer_state import TrainerState
+    from ...args.fields import TrainingArguments
+    from ...utils.trainer_state import TrainerState
 
 logger = logging.getLogger("trainwell.trainer.trainer")
 

@@ -1,6 +1,7 @@
 """What the Trainer's upstream save and load methods do by default (``_save``, ``_save_optimizer_and_scheduler``,
 ``_load_from_checkpoint``, ``_load_optimizer_and_scheduler``, ``_load_rng_state``, ``_load_best_model``,
-``save_model``): functions of the Trainer's checkpoint part (:class:`~trainwell.trainer.checkpoints.TrainerCheckpoints`).
+``save_model``): functions of the Trainer's checkpoint part
+(:class:`~trainwell.trainer.checkpointing.checkpoints.TrainerCheckpoints`).
 
 A checkpoint calls the Trainer's methods (a subclass's override is reached); these are what they do when not
 overridden. Inside a checkpoint they write into the temporary folder the commit protocol then checksums and renames.
@@ -16,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..utils.secrets import without_secrets
-from ..backends.base import WeightsNotGathered
-from ..utils.model_utils import unwrap_model
+from ...utils.secrets import without_secrets
+from ...backends.base import WeightsNotGathered
+from ...utils.model_utils import unwrap_model
 from .output_dir import require_output_dir
 
 if TYPE_CHECKING:  # imported where used
-    from ..checkpoint.manager import CheckpointContents
+    from ...checkpoint.manager import CheckpointContents
     from .checkpoints import TrainerCheckpoints
 
 logger = logging.getLogger("trainwell.trainer.trainer")
@@ -32,9 +33,9 @@ def write_model_files(parts: TrainerCheckpoints, output_dir: str | os.PathLike, 
     """The default ``_save``: the weights (``save_pretrained`` for a transformers/peft model, else
     ``model.safetensors``), the processing class (else ``data_collator.tokenizer``, as upstream) and
     ``training_args.bin`` into ``output_dir``. Only the saving process writes."""
-    from ..checkpoint.digest import torch_save
-    from ..checkpoint.layout import TRAINING_ARGS_NAME
-    from ..checkpoint.weights import save_model_weights
+    from ...checkpoint.digest import torch_save
+    from ...checkpoint.layout import TRAINING_ARGS_NAME
+    from ...checkpoint.weights import save_model_weights
 
     if not parts.args.should_save:
         drain = getattr(state_dict, "drain", None)
@@ -64,7 +65,7 @@ def save_processing_class(parts: TrainerCheckpoints, output_dir: str | os.PathLi
 def save_optimizer_and_scheduler(parts: TrainerCheckpoints, output_dir: str | os.PathLike) -> None:
     """The default ``_save_optimizer_and_scheduler``: ``optimizer.pt`` (unless a sharded backend saves it with
     its engine files) and ``scheduler.pt``, by the saving process."""
-    from ..checkpoint.manager import write_optimizer_and_scheduler
+    from ...checkpoint.manager import write_optimizer_and_scheduler
 
     if not parts.args.should_save:
         return
@@ -74,7 +75,7 @@ def save_optimizer_and_scheduler(parts: TrainerCheckpoints, output_dir: str | os
 
 
 def loading_contents(parts: TrainerCheckpoints) -> CheckpointContents:
-    from ..checkpoint.manager import CheckpointContents
+    from ...checkpoint.manager import CheckpointContents
 
     trainer = parts._trainer
     return CheckpointContents(model=unwrap_model(trainer.model), optimizer=None if parts.backend.caps.sharded_state
@@ -109,7 +110,7 @@ def load_best_model(parts: TrainerCheckpoints) -> None:
 def load_weights(parts: TrainerCheckpoints, folder: str | os.PathLike, model: nn.Module | None = None) -> None:
     """Load the model weights saved in ``folder`` into ``model`` (default: the Trainer's), strictly; a peft
     model's adapters (``adapter_model.safetensors``) with ``load_adapter(..., is_trainable=True)``."""
-    from ..checkpoint.weights import load_checkpoint_weights
+    from ...checkpoint.weights import load_checkpoint_weights
 
     load_checkpoint_weights(unwrap_model(model if model is not None else parts._trainer.model), folder, strict=True)
 
@@ -119,7 +120,7 @@ def save_model(parts: TrainerCheckpoints, output_dir: str | None = None, _intern
 
     A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
     """
-    from ..checkpoint.layout import TRAINING_ARGS_NAME
+    from ...checkpoint.layout import TRAINING_ARGS_NAME
 
     trainer = parts._trainer
     output_dir = output_dir or parts.args.output_dir
