@@ -240,7 +240,7 @@ def test_no_import_circles():
 
 def test_no_import_circles_not_even_through_type_annotations():
     """A module naming another's class for the type checker only still depends on its shape: where two modules need
-    each other's types, one takes a Protocol of what it uses (``trainer/data.py``'s ``DataTrainer``)."""
+    each other's types, one takes a Protocol of what it uses (``trainer/dataloaders.py``'s ``DataTrainer``)."""
     graph = {name: _module_imports(path, type_only=True) for name, path in MODULES.items()}
     cycle = _find_cycle(graph)
     assert cycle is None, "import circle (type annotations included): " + " -> ".join(cycle)
@@ -464,7 +464,7 @@ LIGHT_MODULES: dict[str, str] = {
     "trainwell.__main__": "python -m trainwell",
     "trainwell.cli.main": "trainwell --help",
     "trainwell.cli.arguments": "trainwell --help",
-    "trainwell.cli.output_dir": "trainwell train checks its output folder before it loads the Trainer",
+    "trainwell.cli.output_dir_check": "trainwell train checks its output folder before it loads the Trainer",
     "trainwell.cli.recipes": "trainwell train --help",
     "trainwell.cli.recipes.config": "trainwell train --help (no yaml)",
     "trainwell.cli.commands.env": "trainwell env --help",

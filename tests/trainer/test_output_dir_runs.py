@@ -1,4 +1,4 @@
-"""Runs sharing one output_dir (``trainwell/trainer/checkpointing/output_dir.py``): a fresh run trains into a
+"""Runs sharing one output_dir (``trainwell/trainer/checkpointing/output_dir_runs.py``): a fresh run trains into a
 finished run's folder as upstream, its checkpoints count as newer than the earlier run's (rotation, resume,
 get_last_checkpoint), and the earlier run loses nothing before this run's newer checkpoint is complete. Upstream
 parity: test_output_dir_reuse.py."""

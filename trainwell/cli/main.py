@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .arguments import CLIError
-from .output_dir import check_output_dir
+from .output_dir_check import check_output_dir
 # What a command needs loads in the function that runs it: `trainwell --help` starts without torch.
 
 PROG = "trainwell"

@@ -28,7 +28,7 @@ import torch
 from ..utils.secrets import without_secrets
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.option_enums import HubStrategy, SaveStrategy
-from .checkpointing.output_dir import require_output_dir
+from .checkpointing.output_dir_runs import require_output_dir
 
 if TYPE_CHECKING:
     from ..args.fields import TrainingArguments

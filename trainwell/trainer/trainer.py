@@ -31,13 +31,13 @@ from ..utils.model_utils import unwrap_model
 from ..utils.outputs import EvalLoopOutput, PredictionOutput, TrainOutput
 from ..utils.overrides import accepts, call_override
 from ..utils.seeding import enable_full_determinism, set_seed
-from .checkpointing import saving
+from .checkpointing import save_load_defaults
 from .checkpointing.checkpoints import TrainerCheckpoints
 from .eval_model import model_for_eval
 from .init_checks import (call_model_init, check_args_object, check_before_training, check_metric_for_best_model,
                           check_quantized_model, initial_model, is_bitsandbytes_quantized)
 from .inputs import BatchMover
-from .checkpointing.output_dir import require_output_dir
+from .checkpointing.output_dir_runs import require_output_dir
 from .run_fields import RunField
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them (test_overhead_guard.py)
@@ -226,14 +226,14 @@ class Trainer:
 
     def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
         """``dataset`` (a ``datasets.Dataset``) without the columns the model's forward does not take."""
-        from .data import remove_unused_columns
+        from .dataloaders import remove_unused_columns
 
         return remove_unused_columns(self, dataset, description)
 
     def _get_collator_with_removed_columns(self, data_collator: Callable[[list[Any]], Any],
                                            description: str | None = None) -> Callable[[list[Any]], Any]:
         """``data_collator`` wrapped so that each example loses the keys the model's forward does not take."""
-        from .data import collator_with_removed_columns
+        from .dataloaders import collator_with_removed_columns
 
         return collator_with_removed_columns(self, data_collator, description)
 
@@ -241,22 +241,22 @@ class Trainer:
                         sampler_fn: Callable[[Dataset], Any] | None = None, is_training: bool = False,
                         dataloader_key: str | None = None) -> Any:
         """A DataLoader over ``dataset`` (upstream's helper behind every ``get_*_dataloader``; see
-        :func:`trainwell.trainer.data.trainer_dataloader`)."""
-        from .data import trainer_dataloader
+        :func:`trainwell.trainer.dataloaders.trainer_dataloader`)."""
+        from .dataloaders import trainer_dataloader
 
         return trainer_dataloader(self, dataset, description, batch_size, sampler_fn=sampler_fn,
                                   is_training=is_training, dataloader_key=dataloader_key)
 
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
-        from .data import train_sampler
+        from .dataloaders import train_sampler
 
         dataset = self.train_dataset if train_dataset is None else train_dataset
         return train_sampler(self.args, dataset, self._train_batch_size)
 
     def _get_eval_sampler(self, dataset: Any) -> Any:
         """Sequential order (each rank a contiguous share of every global batch when distributed)."""
-        from .data import eval_sampler
+        from .dataloaders import eval_sampler
 
         return eval_sampler(self.args, dataset)
 
@@ -728,36 +728,36 @@ class Trainer:
 
         A model with ``save_pretrained`` (a transformers model) is saved with it, config included.
         """
-        saving.save_model(self._tw_checkpoints, output_dir, _internal_call=_internal_call)
+        save_load_defaults.save_model(self._tw_checkpoints, output_dir, _internal_call=_internal_call)
 
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Write the weights, config, processing class (else ``data_collator.tokenizer``) and ``training_args.bin``
         into ``output_dir``; ``save_model`` and every checkpoint call it (a checkpoint's into its temporary folder,
         which is then checksummed and committed, whatever files an override writes)."""
-        saving.write_model_files(self._tw_checkpoints,
-                                 require_output_dir(self.args.output_dir if output_dir is None else output_dir),
-                                 state_dict)
+        save_load_defaults.write_model_files(
+            self._tw_checkpoints, require_output_dir(self.args.output_dir if output_dir is None else output_dir),
+            state_dict)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """Write ``optimizer.pt`` and ``scheduler.pt`` into a checkpoint's (temporary) folder ``output_dir``."""
-        saving.save_optimizer_and_scheduler(self._tw_checkpoints, output_dir)
+        save_load_defaults.save_optimizer_and_scheduler(self._tw_checkpoints, output_dir)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Load the model weights of the checkpoint folder ``resume_from_checkpoint`` (into ``model`` if given); a
         peft model's adapters with ``load_adapter(..., is_trainable=True)``. A resume calls it."""
-        saving.load_weights(self._tw_checkpoints, resume_from_checkpoint, model)
+        save_load_defaults.load_weights(self._tw_checkpoints, resume_from_checkpoint, model)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         """Load the optimizer and scheduler states of ``checkpoint`` (validated first); a resume calls it."""
-        saving.load_optimizer_and_scheduler(self._tw_checkpoints, checkpoint)
+        save_load_defaults.load_optimizer_and_scheduler(self._tw_checkpoints, checkpoint)
 
     def _load_rng_state(self, checkpoint: str | None) -> None:
         """Restore this process's random streams from ``checkpoint``; a resume calls it."""
-        saving.load_rng_state(self._tw_checkpoints, checkpoint)
+        save_load_defaults.load_rng_state(self._tw_checkpoints, checkpoint)
 
     def _load_best_model(self) -> None:
         """Reload the weights of ``state.best_model_checkpoint`` (``load_best_model_at_end``)."""
-        saving.load_best_model(self._tw_checkpoints)
+        save_load_defaults.load_best_model(self._tw_checkpoints)
 
     def _sorted_checkpoints(self, output_dir: str | None = None, checkpoint_prefix: str = PREFIX_CHECKPOINT_DIR,
                             use_mtime: bool = False) -> list[str]:
@@ -874,33 +874,33 @@ class Trainer:
     def get_tp_size(self) -> int:
         """The tensor-parallel degree: the model's ``_tp_size`` (a model loaded with a tensor-parallel plan), else
         DeepSpeed's ``tensor_parallel.autotp_size``, else 1 (trainwell runs no tensor parallelism of its own)."""
-        from .compat import tensor_parallel_size
+        from .upstream_calls import tensor_parallel_size
 
         return tensor_parallel_size(self.model, deepspeed=self.is_deepspeed_enabled)
 
     def get_num_trainable_parameters(self) -> int:
         """Number of parameters with ``requires_grad``."""
-        from .compat import num_trainable_parameters
+        from .upstream_calls import num_trainable_parameters
 
         return num_trainable_parameters(self.model)
 
     def get_learning_rates(self) -> list[float]:
         """The learning rate of each parameter group of the optimizer."""
-        from .compat import learning_rates
+        from .upstream_calls import learning_rates
 
         return learning_rates(self.optimizer)
 
     def get_optimizer_group(self, param: nn.Parameter | str | None = None) -> Any:
         """The group (a dict) of the optimizer holding ``param``; without it, each group's parameter list (upstream's
         return value). Raises ``ValueError`` before the optimizer is built."""
-        from .compat import optimizer_group
+        from .upstream_calls import optimizer_group
 
         return optimizer_group(self.optimizer, param)
 
     def _apply_trial_params(self, trial: Any) -> None:
         """``train(trial=<dict>)``: set each hyper-parameter on the arguments, as upstream does for Ray/W&B trials
         (a validated copy; a name the Trainer reads only when it is built is refused with an error naming it)."""
-        from .compat import trial_arguments_from
+        from .upstream_calls import trial_arguments_from
 
         args = trial_arguments_from(self.args, trial)
         if args is not None:

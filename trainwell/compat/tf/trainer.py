@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 import numpy as np
 import tensorflow as tf
 
-from ...trainer.checkpointing.output_dir import require_output_dir
+from ...trainer.checkpointing.output_dir_runs import require_output_dir
 from ...utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ...utils.option_enums import IntervalStrategy, SaveStrategy
 from ...utils.outputs import EvalPrediction, PredictionOutput

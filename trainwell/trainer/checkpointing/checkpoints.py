@@ -7,8 +7,8 @@ while training (state, model, optimizer, callbacks) it reads from the Trainer th
 where upstream calls an overridable method (``_save_checkpoint``, ``push_to_hub``, ``_push_from_checkpoint``) it calls
 the Trainer's, so that a subclass's override is reached (a checkpoint's files are written by the Trainer's ``_save``
 and ``_save_optimizer_and_scheduler``, a resume loads through ``_load_from_checkpoint``,
-``_load_optimizer_and_scheduler`` and ``_load_rng_state``; what they do by default is :mod:`.saving`). The file work
-itself (atomic folders, validation, rotation, RNG) is :mod:`trainwell.checkpoint`."""
+``_load_optimizer_and_scheduler`` and ``_load_rng_state``; what they do by default is :mod:`.save_load_defaults`).
+The file work itself (atomic folders, validation, rotation, RNG) is :mod:`trainwell.checkpoint`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ...utils.trainer_state import TrainerControl, TrainerState
 from ...utils.model_utils import unwrap_model
 from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
-from .output_dir import claim_output_dir, require_output_dir, resume_advice, run_identity
+from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity
 from .preemption_report import close_progress_bars, wait_for_preemption_save
 from .resume_arguments import warn_changed_arguments
 

@@ -20,7 +20,7 @@ from torch import nn
 from ...utils.secrets import without_secrets
 from ...backends.base import WeightsNotGathered
 from ...utils.model_utils import unwrap_model
-from .output_dir import require_output_dir
+from .output_dir_runs import require_output_dir
 
 if TYPE_CHECKING:  # imported where used
     from ...checkpoint.manager import CheckpointContents
