@@ -13,7 +13,7 @@ import math
 import time
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -184,18 +184,10 @@ def run_evaluate(trainer: EvalLoopTrainer, eval_dataset: Any = None, ignore_keys
             metrics.update(trainer.evaluate(eval_dataset=dataset if override else name, ignore_keys=ignore_keys,
                                             metric_key_prefix=f"{metric_key_prefix}_{name}"))
         return metrics
-    trainer._memory_tracker.start("eval")
-    try:
-        dataloader = trainer.get_eval_dataloader(eval_dataset)
-        start_time = time.time()
-        output = _loop_method(trainer)(dataloader, description="Evaluation",
-                                       prediction_loss_only=True if trainer.compute_metrics is None else None,
-                                       ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
-    except BaseException:
-        trainer._memory_tracker.stop("eval")  # so that a later train/evaluate is tracked again
-        raise
+    output = _measured_loop(trainer, "eval", lambda: trainer.get_eval_dataloader(eval_dataset), "Evaluation",
+                            prediction_loss_only=True if trainer.compute_metrics is None else None,
+                            ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
     metrics = output.metrics
-    metrics.update(_loop_speed(trainer, metric_key_prefix, start_time, output.num_samples))
     trainer.log(metrics)  # adds the epoch to metrics, as upstream's (a log() override that copies them keeps it out)
     trainer.control = trainer.callback_handler.on_evaluate(trainer.args, trainer.state, trainer.control,
                                                            metrics=metrics)
@@ -206,20 +198,31 @@ def run_evaluate(trainer: EvalLoopTrainer, eval_dataset: Any = None, ignore_keys
 def run_predict(trainer: EvalLoopTrainer, test_dataset: Any, ignore_keys: list[str] | None = None,
                 metric_key_prefix: str = "test") -> PredictionOutput:
     """``Trainer.predict``: predictions (padded with -100 when lengths differ), label ids and metrics."""
-    trainer._memory_tracker.start("test")
-    try:
-        dataloader = trainer.get_test_dataloader(test_dataset)
-        start_time = time.time()
-        output = _loop_method(trainer)(dataloader, description="Prediction", ignore_keys=ignore_keys,
-                                       metric_key_prefix=metric_key_prefix)
-    except BaseException:
-        trainer._memory_tracker.stop("test")
-        raise
-    output.metrics.update(_loop_speed(trainer, metric_key_prefix, start_time, output.num_samples))
+    output = _measured_loop(trainer, "test", lambda: trainer.get_test_dataloader(test_dataset), "Prediction",
+                            ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix)
     trainer.control = trainer.callback_handler.on_predict(trainer.args, trainer.state, trainer.control,
                                                           metrics=output.metrics)
     trainer._memory_tracker.stop_and_update_metrics(output.metrics, stage="test")
     return PredictionOutput(predictions=output.predictions, label_ids=output.label_ids, metrics=output.metrics)
+
+
+def _measured_loop(trainer: EvalLoopTrainer, stage: str, dataloader: Callable[[], Any], description: str, *,
+                   metric_key_prefix: str, **loop_kwargs: Any) -> Any:
+    """What the trainer's evaluation loop (an override's: upstream's ``EvalLoopOutput`` shape) returns over the
+    DataLoader ``dataloader()`` builds, measured as the memory tracker's ``stage`` (``"eval"`` or ``"test"``), its
+    speed added to the output's metrics. The caller stops the stage once its callbacks ran; on an error it is stopped
+    here, so that a later train/evaluate is tracked again."""
+    trainer._memory_tracker.start(stage)
+    try:
+        loader = dataloader()
+        start_time = time.time()
+        output = _loop_method(trainer)(loader, description=description, metric_key_prefix=metric_key_prefix,
+                                       **loop_kwargs)
+    except BaseException:
+        trainer._memory_tracker.stop(stage)
+        raise
+    output.metrics.update(_loop_speed(trainer, metric_key_prefix, start_time, output.num_samples))
+    return output
 
 
 def _loop_speed(trainer: EvalLoopTrainer, prefix: str, start_time: float, num_samples: int) -> dict[str, float]:
