@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,8 +45,6 @@ class StoreSync:
         """World process zero: take the store's lock, remove interrupted uploads, start the uploader."""
         if self.uploader is not None:
             return
-        import uuid
-
         from ...checkpoint.store_upload import StoreUploader
 
         owner = uuid.uuid4().hex

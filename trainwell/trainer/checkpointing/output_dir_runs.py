@@ -24,6 +24,7 @@ too, as upstream (a notebook cell run again, two Trainers on one temporary folde
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 from typing import AbstractSet, Any
 
@@ -80,8 +81,6 @@ def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: Abstract
 def run_identity(args: Any, resumed: Path | None) -> str:
     """The identity of a run starting from ``resumed``: that checkpoint's run (a resume continues it), else a new
     one. Rank 0's on every rank (one gather), so that every saving rank writes the same into its markers."""
-    import uuid
-
     from ...checkpoint.layout import checkpoint_run
 
     identity = (checkpoint_run(resumed) if resumed is not None else None) or uuid.uuid4().hex[:16]
