@@ -18,18 +18,17 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trainwell"
 LAYERS: dict[str, int] = {
     # the bottom: small helpers that import nothing else of trainwell
     "utils": 0,
-    # foundations: state, data, optimisers, the process, pure-data configs
-    "data": 1, "optim": 1, "cli.arguments": 1,
-    "runtime.distributed": 1, "runtime.precision": 1, "runtime.memory": 1, "runtime.extension_builds": 1,
+    # foundations: data, optimisers
+    "data": 1, "optim": 1,
     # the DeepSpeed config is pure data, read by TrainingArguments
     "backends.deepspeed.config": 1,
-    # configuration, events, the file format of checkpoints
-    "args": 2, "runtime": 2, "callbacks.events": 2, "checkpoint": 2,
+    # configuration, the process, the file format of checkpoints
+    "args": 2, "runtime": 2, "checkpoint": 2,
     # callbacks and execution backends (never the loops or the trainer)
-    "callbacks": 3, "backends": 3, "args.seq2seq": 3,
-    "loops": 4, "trainer.accelerator": 4,
+    "callbacks": 3, "backends": 3,
+    "loops": 4,
+    # the facade, its parts (trainer/checkpointing/ too) and Seq2SeqTrainer
     "trainer": 5, "hpsearch": 5,
-    "trainer.seq2seq": 6,
     "cli": 7, "__main__": 7, "__init__": 7,
     # the top: modules that mirror upstream module names; the only layer that re-exports from anywhere
     "compat": 8,
@@ -292,14 +291,17 @@ MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 60
 # Modules over the budget, each with why (trim this list when they are back within it).
 LONG_MODULES: dict[str, str] = {
-    "trainer/trainer.py": "the Trainer keeps every upstream method name; its parts are being split out",
+    "trainer/trainer.py": "the Trainer keeps every upstream method name users call and override: 92 methods, 72 of "
+                          "them a docstring and a few lines delegating to a part (loops, dataloaders.py, "
+                          "checkpointing/, hub.py...); a name cannot move out of the class users subclass",
     "data/collators.py": "upstream's collators and their exact random draws, with the fields gathered in C "
                          "(one pass per micro-batch); to split next (padding vs language modeling)",
 }
 # Functions over the budget, each with why.
 LONG_FUNCTIONS: dict[str, str] = {
-    "trainer/trainer.py:Trainer.__init__": "upstream's constructor arguments, checked in upstream's order; its "
-                                          "parts are being split out",
+    "trainer/trainer.py:Trainer.__init__": "upstream's 14 constructor arguments and the attributes upstream sets "
+                                          "from them, in upstream's order (the memory tracker measures the whole "
+                                          "constructor); the checks are init_checks.py's, one call each",
 }
 
 

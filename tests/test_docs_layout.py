@@ -52,6 +52,22 @@ def test_every_file_a_layout_row_names_exists(doc: Path, heading: str):
     assert not missing, f"{doc.name} names files that are not in the tree: {missing}"
 
 
+def _unnamed_modules(folder: Path, row: str) -> list[str]:
+    """The modules of ``folder`` (every ``.py`` file, in subpackages too, by its path relative to ``folder``; a
+    subpackage as ``name/``) that the layout row text ``row`` does not name."""
+    modules = {p.relative_to(folder).as_posix() for p in folder.rglob("*.py") if p.name != "__init__.py"}
+    packages = {p.parent.relative_to(folder).as_posix() + "/" for p in folder.rglob("__init__.py") if p.parent != folder}
+    return sorted((modules | packages) - set(FILE_TOKEN.findall(row)))
+
+
+def test_the_layout_table_names_every_module_of_the_trainer():
+    """trainer/ holds the facade's files and the checkpoint policy (``checkpointing/``): its row in docs/internals.md
+    names each of them, so that a reader of the table sees which file is which."""
+    row = _rows(_section(REPO / "docs" / "internals.md", "## Layout"))["trainer/"]
+    missing = _unnamed_modules(PACKAGE / "trainer", row)
+    assert not missing, f"docs/internals.md's `trainer/` row names no {missing}"
+
+
 def _table_cells(section: str) -> list[list[str]]:
     """The cells of each body row of the markdown table in ``section`` (header and separator left out)."""
     lines = [line for line in section.splitlines() if line.startswith("|")]
@@ -102,6 +118,12 @@ def test_the_checks_are_not_vacuous(tmp_path):
     assert not _defines(module, "f")
     assert _rows("| `a/` | `x.py` |\n| b | c |\n") == {"a/": " `x.py` "}
     assert _table_cells("| h | h |\n|---|---|\n| `a.py`, `b/` | x | y |\n") == [["`a.py`, `b/`", "x", "y"]]
+    for name in ("__init__.py", "a.py", "sub/__init__.py", "sub/b.py"):
+        (tmp_path / "pkg" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "pkg" / name).write_text("")
+    assert _unnamed_modules(tmp_path / "pkg", "`a.py`, `sub/b.py`") == ["sub/"]
+    assert _unnamed_modules(tmp_path / "pkg", "`a.py`, `sub/`") == ["sub/b.py"]
+    assert _unnamed_modules(tmp_path / "pkg", "`a.py`, `sub/` (`sub/b.py`)") == []
 
 
 # Words of the project's own bookkeeping that a reader of the docs cannot know (the upstream documents it was built
