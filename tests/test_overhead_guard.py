@@ -36,8 +36,9 @@ MAX_EXTRA_BYTECODES = 0.02
 # (option_enums, outputs, seeding, checkpoint_names: under a millisecond more by -X importtime); 44 with the
 # Trainer's parts split out of trainer/trainer.py (inputs.py, run_fields.py, eval_model.py, loops/best_metric.py;
 # loops/train_hooks.py now loads with the first train()).
-# 50: + args.field_types (the mixins' typed base), trainer.checkpoint_store (checkpoint_store), trainer.preemption_report
-# and trainer.resume_arguments (the checkpoint part's messages), each small.
+# 50: + args.field_types (the mixins' typed base), trainer.checkpointing.checkpoint_store (checkpoint_store),
+# trainer.checkpointing.preemption_report and trainer.checkpointing.resume_arguments (the checkpoint part's
+# messages), each small (named by their modules' paths of today).
 # 51: + trainer.checkpointing, the package the checkpoint policy's modules moved into (an __init__ of one docstring).
 MAX_TRAINER_IMPORT_MODULES = 51  # + args.data_options (the 5.24 fields) and utils.secrets (credentials kept out of checkpoints)
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O and files, samplers,
