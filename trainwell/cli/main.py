@@ -523,9 +523,9 @@ add_subcommand("plot", "draw a run's loss, learning rate, grad norm and eval met
 add_subcommand("generate", "sample from a model trained by the built-in recipe: generate OUTPUT_DIR \"prompt\"",
                _command("generate"))
 add_subcommand("env", "print the versions and devices to paste into a bug report", _command("env"))
+add_subcommand("run", "run an unmodified transformers/TRL/sentence-transformers/setfit script on trainwell: "
+               "run SCRIPT [ARGS...]", _command("run"))
 
 
 if __name__ == "__main__":
     sys.exit(main())
-add_subcommand("run", "run an unmodified transformers/TRL/sentence-transformers/setfit script on trainwell: "
-               "run SCRIPT [ARGS...]", _command("run"))
