@@ -3,7 +3,8 @@
 - :func:`get_fp32_state_dict_from_zero_checkpoint` / :func:`load_state_dict_from_zero_checkpoint`: the DeepSpeed
   helpers of the guide's "getting the weights out" recipes (re-exported, imported lazily);
 - :func:`zero_to_fp32`: a ``checkpoint-<step>`` folder (or its parent with ``latest``) -> one fp32 weights file;
-- :func:`cmd_zero_to_fp32`: the ``trainwell zero-to-fp32`` command.
+- the ``trainwell zero-to-fp32`` command, which calls this module, lives in the command line:
+  :func:`trainwell.cli.commands.deepspeed_tools.cmd_zero_to_fp32`.
 """
 
 from __future__ import annotations
