@@ -111,6 +111,7 @@ def test_the_contract_names_only_upstreams_members():
     # older upstream's names (the seeds' releases), gone from the installed one; and the backend, trainwell's one
     # interface to the engines where upstream holds an Accelerator
     older = {"_past", "_rotate_checkpoints", "prediction_loop", "backend"}
+    assert older <= members, sorted(older - members)  # every name listed is one of the contract's
     for name in sorted(members - older):  # upstream's: a method or class attribute, or set on the instance
         assert hasattr(upstream, name) or f"self.{name} =" in source or f"self.{name}:" in source, name
     assert len(members) == 45  # 52 before the run's parts were handed over; a new member is a decision
@@ -146,8 +147,10 @@ def test_no_module_outside_the_trainer_reads_a_trainwell_internal_of_the_trainer
                if not module.startswith("trainer/")}
     assert not {module: names for module, names in outside.items() if names}
     loops = set().union(*(names for module, names in reads.items() if module.startswith("loops/")))
-    trainer_internal = {"_window_scaler", "_flops_counter", "_count_input_tokens", "_scheduler_needs_metrics",
-                        "_compute_loss_takes_num_items", "_adopt_input_dtype", "_model_for_eval", "_set_past"}
+    # the Trainer's own parts, which reach the run as RunParts (every name listed here is a member of the Trainer)
+    trainer_internal = {"_flops_counter", "_count_input_tokens", "_scheduler_needs_metrics",
+                        "_compute_loss_takes_num_items", "_adopt_input_dtype", "_model_for_eval"}
+    assert not sorted(name for name in trainer_internal if not hasattr(Trainer, name))
     assert not loops & trainer_internal
     names = set().union(*reads.values())
     # 51 names read across modules before the run got its parts; a new one is a decision, not a drift

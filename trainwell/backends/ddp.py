@@ -27,6 +27,7 @@ from ..checkpoint.layout import OPTIMIZER_NAME, CheckpointError, write_atomic
 from ..runtime.precision import Precision
 from ..utils.model_utils import activation_checkpointing
 from .base import Capabilities
+from .optimizer_state_forms import read_optimizer_file
 from .single import _NULL, SingleDeviceBackend
 from ..runtime.distributed import all_gather_object, get_rank
 # torch.distributed.optim (ZeroRedundancyOptimizer) loads where sharded_ddp uses it: about a second of imports.
@@ -183,9 +184,4 @@ class DDPBackend(SingleDeviceBackend):
                 return
             raise CheckpointError(f"{path}: the ZeroRedundancyOptimizer state is missing from the checkpoint (the "
                                   "save was interrupted); resume from an earlier checkpoint")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except (RuntimeError, EOFError, ValueError, OSError) as err:
-            raise CheckpointError(f"{path}: cannot read the optimizer state ({err}); the file is truncated or "
-                                  "corrupt") from err
-        self.optimizer.load_state_dict(state)
+        self.optimizer.load_state_dict(read_optimizer_file(path))

@@ -56,7 +56,7 @@ from .base import Capabilities, prepared
 from .single import _NULL, SingleDeviceBackend
 from ..checkpoint.stream import tensor_stream
 from ..runtime.distributed import get_world_size, read_launch_env, get_rank
-from .optimizer_state_forms import shard_optimizer_state
+from .optimizer_state_forms import FSDP_STATE_DIR, load_dcp, read_optimizer_file, shard_optimizer_state
 # torch.distributed.fsdp, .tensor and .checkpoint load in the functions that use them: about a second of imports
 # (torch._dynamo) that a run without FSDP does not pay (backends/registry.py imports this module).
 
@@ -64,8 +64,6 @@ if TYPE_CHECKING:
     from torch.distributed.fsdp import FSDPModule
 
 logger = logging.getLogger(__name__)
-
-FSDP_STATE_DIR = "fsdp_state"
 
 
 def fsdp_options(args: Any) -> set[str]:
@@ -390,28 +388,12 @@ class FSDPBackend(SingleDeviceBackend):
                 return
             raise CheckpointError(f"{path}: the sharded FSDP state (model and optimizer) is missing from the "
                                   "checkpoint (the save was interrupted); resume from an earlier checkpoint")
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-        model_state, optim_state = get_state_dict(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"))
-        state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
-        try:
-            dcp.load(state, checkpoint_id=str(path))
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as err:  # noqa: B036 - DCP's CheckpointException derives from BaseException
-            raise CheckpointError(f"{path}: cannot read the sharded FSDP state ({err})") from err
-        set_state_dict(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"),
-                       model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        load_dcp(prepared(self.model, "model"), prepared(self.optimizer, "optimizer"), path, "the sharded FSDP state")
 
     def _load_unsharded_optimizer(self, path: Path) -> None:
         """``optimizer.pt`` of a one-process run (whole tensors), cut into this rank's shards; the model weights came
         from ``model.safetensors`` (see :mod:`trainwell.backends.optimizer_state_forms`)."""
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except (RuntimeError, EOFError, ValueError, OSError) as err:
-            raise CheckpointError(f"{path}: cannot read the optimizer state ({err}); the file is truncated or "
-                                  "corrupt") from err
+        state = read_optimizer_file(path)
         optimizer = prepared(self.optimizer, "optimizer")
         optimizer.load_state_dict(shard_optimizer_state(optimizer, state, path))
         logger.info("Resharded the optimizer state of %s (written by one process) over the FSDP ranks", path)

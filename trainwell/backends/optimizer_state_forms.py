@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-FSDP_STATE_DIR = "fsdp_state"  # the same name as backends.fsdp's (kept apart so this module does not import FSDP)
+FSDP_STATE_DIR = "fsdp_state"  # the folder of FSDP's DCP shards in a checkpoint (backends.fsdp writes it)
 
 
 @dataclass(frozen=True)
@@ -109,24 +109,43 @@ def check_resumable(folder: str | Path, *, deepspeed: bool, world_size: int) -> 
     return saved
 
 
-def load_dcp_unsharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
-    """Read FSDP's ``fsdp_state/`` (any number of shards) into a model and optimizer that hold whole tensors (one
-    process, or every rank of DDP); raises CheckpointError when DCP cannot read it."""
+def read_optimizer_file(path: Path) -> Any:
+    """The torch optimizer state dict saved at ``path`` (an ``optimizer.pt``), read on the CPU with
+    ``weights_only=True``; raises CheckpointError when the file cannot be read (truncated or corrupt)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, ValueError, OSError) as err:
+        raise CheckpointError(f"{path}: cannot read the optimizer state ({err}); the file is truncated or "
+                              "corrupt") from err
+
+
+def load_dcp(model: torch.nn.Module, optimizer: torch.optim.Optimizer, path: Path, what: str) -> None:
+    """Read the DCP checkpoint at ``path`` (an ``fsdp_state/`` folder) into ``model`` and ``optimizer``, in the form
+    they hold their tensors (sharded or whole): ``get_state_dict``, ``dcp.load``, ``set_state_dict``.
+
+    Raises CheckpointError ``"{path}: cannot read {what} ({DCP's error})"`` when DCP cannot read it. Without a
+    process group DCP warns that it loads in one process: that is intended, and the warning is filtered out.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    path = Path(folder) / FSDP_STATE_DIR
     model_state, optim_state = get_state_dict(model, optimizer)
     state: dict[str, Any] = {"model": model_state, "optimizer": optim_state}
     try:
-        with warnings.catch_warnings():  # without a process group DCP warns that it loads in one process: intended
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
             dcp.load(state, checkpoint_id=str(path))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as err:  # noqa: B036 - DCP's CheckpointException derives from BaseException
-        raise CheckpointError(f"{path}: cannot read the sharded FSDP state into this unsharded model ({err})") from err
+        raise CheckpointError(f"{path}: cannot read {what} ({err})") from err
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+
+
+def load_dcp_unsharded(model: torch.nn.Module, optimizer: torch.optim.Optimizer, folder: Path) -> None:
+    """Read FSDP's ``fsdp_state/`` (any number of shards) into a model and optimizer that hold whole tensors (one
+    process, or every rank of DDP); raises CheckpointError when DCP cannot read it."""
+    load_dcp(model, optimizer, Path(folder) / FSDP_STATE_DIR, "the sharded FSDP state into this unsharded model")
     logger.info("Read the sharded FSDP state of %s (model and optimizer) into whole tensors", folder)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import sys
 import textwrap
@@ -501,53 +502,30 @@ def format_summary(recipe: Any, args: Any, result: Any, eval_metrics: dict[str, 
 add_subcommand("train", "train the built-in recipe or a YAML recipe (any TrainingArguments flag works)", run_train)
 
 
-def _run_zero_to_fp32(argv: list[str]) -> int:
-    from .commands.deepspeed_tools import cmd_zero_to_fp32
+def _command(module: str, function: str = "run") -> Callable[[list[str]], int]:
+    """The ``run`` of a subcommand whose code is ``function`` of ``trainwell.cli.commands.<module>``: the module is
+    imported when the command runs, so that ``trainwell --help`` imports none of the commands."""
 
-    return cmd_zero_to_fp32(argv)
+    def run(argv: list[str]) -> int:
+        command: Callable[[list[str]], int] = getattr(importlib.import_module(f".commands.{module}", __package__),
+                                                      function)
+        return command(argv)
 
-
-def _run_estimate_memory(argv: list[str]) -> int:
-    from .commands.deepspeed_tools import cmd_estimate_memory
-
-    return cmd_estimate_memory(argv)
-
-
-def _run_env(argv: list[str]) -> int:
-    from .commands.env import run
-
-    return run(argv)
-
-
-def _run_plot(argv: list[str]) -> int:
-    from .commands.plot import run
-
-    return run(argv)
-
-
-def _run_generate(argv: list[str]) -> int:
-    from .commands.generate import run
-
-    return run(argv)
-
-
-def _run_script(argv: list[str]) -> int:
-    from .commands.run import run
-
-    return run(argv)
+    return run
 
 
 add_subcommand("zero-to-fp32", "consolidate a DeepSpeed ZeRO checkpoint into one fp32 weights file",
-               _run_zero_to_fp32)
-add_subcommand("estimate-memory", "ZeRO-2/3 memory needs: --params N [--gpus G --nodes K]", _run_estimate_memory)
+               _command("deepspeed_tools", "cmd_zero_to_fp32"))
+add_subcommand("estimate-memory", "ZeRO-2/3 memory needs: --params N [--gpus G --nodes K]",
+               _command("deepspeed_tools", "cmd_estimate_memory"))
 add_subcommand("plot", "draw a run's loss, learning rate, grad norm and eval metrics as a PNG: plot OUTPUT_DIR",
-               _run_plot)
+               _command("plot"))
 add_subcommand("generate", "sample from a model trained by the built-in recipe: generate OUTPUT_DIR \"prompt\"",
-               _run_generate)
-add_subcommand("env", "print the versions and devices to paste into a bug report", _run_env)
+               _command("generate"))
+add_subcommand("env", "print the versions and devices to paste into a bug report", _command("env"))
+add_subcommand("run", "run an unmodified transformers/TRL/sentence-transformers/setfit script on trainwell: "
+               "run SCRIPT [ARGS...]", _command("run"))
 
 
 if __name__ == "__main__":
     sys.exit(main())
-add_subcommand("run", "run an unmodified transformers/TRL/sentence-transformers/setfit script on trainwell: "
-               "run SCRIPT [ARGS...]", _run_script)

@@ -10,12 +10,14 @@
   ``trainwell estimate-memory``).
 
 Every public name of these modules can be imported from this package; they are resolved lazily, so that importing
-the config does not import the engine.
+the config does not import the engine. :func:`import_deepspeed_module` is the one place that imports ``deepspeed``
+for the engine and for the weights (it selects DeepSpeed's CPU accelerator first where there is no GPU).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 _MODULES = {
@@ -31,6 +33,18 @@ _MODULES = {
 _EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_EXPORTS)
+
+
+def import_deepspeed_module(name: str, *, on_cpu: bool, missing: str) -> Any:
+    """Import ``name`` (``deepspeed`` or one of its modules) and return it; when ``on_cpu``, DeepSpeed's CPU
+    accelerator is selected first (``DS_ACCELERATOR=cpu``, unless already set). Raises ImportError ``missing`` (the
+    way to install DeepSpeed) when it cannot be imported."""
+    if on_cpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        raise ImportError(missing) from err
 
 
 def __getattr__(name: str) -> Any:

@@ -31,6 +31,7 @@ from torch import nn
 from ...runtime.distributed import (RendezvousWatch, check_rendezvous_env, close_process_group_at_exit,
                                     read_launch_env, get_rank, get_world_size)
 from ..base import Capabilities, prepared, WeightsNotGathered
+from . import import_deepspeed_module
 from .config import DS_TO_TRAINER_SCHEDULER, DeepSpeedConfig
 from ...checkpoint.layout import CheckpointError
 from ...checkpoint.rng import saved_rng_files
@@ -46,14 +47,9 @@ _NULL = nullcontext()
 
 def import_deepspeed(device: torch.device | None = None) -> Any:
     """Import ``deepspeed``, selecting its CPU accelerator when training on the CPU."""
-    if device is not None and device.type == "cpu":
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        import deepspeed
-    except ImportError as err:
-        raise ImportError("deepspeed=... needs the DeepSpeed package: pip install trainwell[deepspeed] "
-                          "(or pip install deepspeed)") from err
-    return deepspeed
+    return import_deepspeed_module("deepspeed", on_cpu=device is not None and device.type == "cpu",
+                                   missing="deepspeed=... needs the DeepSpeed package: pip install "
+                                   "trainwell[deepspeed] (or pip install deepspeed)")
 
 
 def ensure_process_group(device: torch.device, backend: str | None = None) -> None:

@@ -3,7 +3,8 @@
 - :func:`estimate_zero_memory`: the per-CPU / per-GPU memory table for ZeRO-2 and ZeRO-3 ("Memory Requirements" of
   the DeepSpeed guide), from DeepSpeed's estimators when installed, else the same formulas written here;
 - :func:`estimate_zero_memory_for_model`: the same with the parameter counts read from a model;
-- :func:`cmd_estimate_memory`: the ``trainwell estimate-memory`` command.
+- the ``trainwell estimate-memory`` command, which calls this module, lives in the command line:
+  :func:`trainwell.cli.commands.deepspeed_tools.cmd_estimate_memory`.
 """
 
 from __future__ import annotations

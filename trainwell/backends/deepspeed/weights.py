@@ -3,7 +3,8 @@
 - :func:`get_fp32_state_dict_from_zero_checkpoint` / :func:`load_state_dict_from_zero_checkpoint`: the DeepSpeed
   helpers of the guide's "getting the weights out" recipes (re-exported, imported lazily);
 - :func:`zero_to_fp32`: a ``checkpoint-<step>`` folder (or its parent with ``latest``) -> one fp32 weights file;
-- :func:`cmd_zero_to_fp32`: the ``trainwell zero-to-fp32`` command.
+- the ``trainwell zero-to-fp32`` command, which calls this module, lives in the command line:
+  :func:`trainwell.cli.commands.deepspeed_tools.cmd_zero_to_fp32`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from . import import_deepspeed_module
 # torch, safetensors and the pickle check load in the functions: `trainwell zero-to-fp32 --help` imports this module.
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -19,14 +22,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _zero_to_fp32_module() -> Any:
-    if not _cuda_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        from deepspeed.utils import zero_to_fp32
-    except ImportError as err:
-        raise ImportError("Reading ZeRO checkpoints needs DeepSpeed: pip install trainwell[deepspeed], or run the "
-                          "zero_to_fp32.py script DeepSpeed wrote into the checkpoint folder") from err
-    return zero_to_fp32
+    """DeepSpeed's ``deepspeed.utils.zero_to_fp32`` (on its CPU accelerator where there is no GPU)."""
+    return import_deepspeed_module("deepspeed.utils.zero_to_fp32", on_cpu=not _cuda_available(),
+                                   missing="Reading ZeRO checkpoints needs DeepSpeed: pip install "
+                                   "trainwell[deepspeed], or run the zero_to_fp32.py script DeepSpeed wrote into "
+                                   "the checkpoint folder")
 
 
 def _cuda_available() -> bool:
