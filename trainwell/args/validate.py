@@ -35,8 +35,9 @@ from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_int
 
 logger = logging.getLogger(__name__)
 
+# upstream's levels (transformers.utils.logging.log_levels plus "passive"), "detail" included (DEBUG)
 trainer_log_levels: dict[str, int] = {
-    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+    "detail": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
     "error": logging.ERROR, "critical": logging.CRITICAL, "passive": -1,
 }
 
