@@ -85,7 +85,7 @@ def test_every_documented_field_exists_with_help_text():
     assert missing == []
     no_help = [f.name for f in fields(TrainingArguments) if not f.metadata.get("help")]
     assert no_help == []
-    assert by_name["log_level"].metadata["choices"] == ["debug", "info", "warning", "error", "critical", "passive"]
+    assert by_name["log_level"].metadata["choices"] == ["detail", "debug", "info", "warning", "error", "critical", "passive"]
 
 
 def test_defaults_match_upstream(tmp_path):

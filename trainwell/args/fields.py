@@ -16,7 +16,7 @@ import sys
 from dataclasses import MISSING, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from ..utils.option_enums import (
     FSDPOption,
@@ -235,7 +235,9 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
                                       "'orgname/reponame' or 'reponame'); None: log only locally, no Space.")
     trackio_bucket_id: str | None = _f(None, "Hugging Face Bucket id for Trackio when using a Space; unset: Trackio "
                                        "picks a default.")
-    trackio_static_space_id: str | bool | None = _f(
+    # upstream's annotation, member order included: its HfArgumentParser reads ``str | None | Literal[False]`` as a
+    # str option (``str | bool | None`` is no type it can call)
+    trackio_static_space_id: str | None | Literal[False] = _f(
         None, "Static read-only Trackio Space made after training (a Space id); False: none; None: a default one "
         "when the model is pushed to the Hub.")
     disable_tqdm: bool | None = _f(None, "Disable progress bars (default: True when logging above warning).")

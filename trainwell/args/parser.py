@@ -111,7 +111,10 @@ def _union_kwargs(name: str, tp: Any) -> tuple[Any, dict[str, Any] | None]:
         return members[0], None
     if set(members) <= {int, float}:
         return tp, {"type": _int_or_float}
-    choice_like = [m for m in members if get_origin(m) is Literal or (isinstance(m, type) and issubclass(m, Enum))]
+    # a Literal of texts or an Enum beside str gives choices; a Literal of other values beside str (upstream's
+    # ``str | None | Literal[False]``) is read as the text, as upstream's parser does
+    choice_like = [m for m in members if (get_origin(m) is Literal and all(isinstance(a, str) for a in get_args(m)))
+                   or (isinstance(m, type) and issubclass(m, Enum))]
     if len(choice_like) == 1 and set(members) - set(choice_like) <= {str}:
         return choice_like[0], None  # Union[IntervalStrategy, str]: the enum's values are the choices (as upstream)
     if str in members or dict in members or any(get_origin(m) is dict for m in members):

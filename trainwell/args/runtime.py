@@ -56,6 +56,10 @@ class RuntimeProperties(FieldTypes):
         if not self.__dict__.get("_devices_set_up"):
             self._setup_distributed(*runtime[:2])  # (raises again at the next use when the launch is incomplete)
             self.__dict__["_devices_set_up"] = True
+            if runtime[0].distributed:  # accelerate's PartialState adopts the group (made with the arguments in one
+                from ..runtime.accelerate_env import ensure_partial_state  # process, see ensure_partial_state)
+
+                ensure_partial_state(self)
         return runtime
 
     def _setup_distributed(self, env: Any, device: torch.device) -> None:

@@ -1,12 +1,14 @@
 """What ``TrainingArguments.__post_init__`` does: convert strings to enums, map deprecated spellings (with a
 ``FutureWarning``), fill derived defaults and raise ``ValueError`` naming the field and the fix.
 
-Also the vocabulary the checks use (log levels, debug words, compile modes...). Pure data: nothing here touches
-devices or process groups.
+Also the vocabulary the checks use (log levels, debug words, compile modes...). Nothing here touches process
+groups; the one outside effect is upstream's: with accelerate installed, its ``PartialState`` is set up in a single
+process (:func:`trainwell.runtime.accelerate_env.ensure_partial_state`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -35,8 +37,9 @@ from ..utils.trackers import REPORT_TO_INTEGRATIONS, get_available_reporting_int
 
 logger = logging.getLogger(__name__)
 
+# upstream's levels (transformers.utils.logging.log_levels plus "passive"), "detail" included (DEBUG)
 trainer_log_levels: dict[str, int] = {
-    "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+    "detail": logging.DEBUG, "debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
     "error": logging.ERROR, "critical": logging.CRITICAL, "passive": -1,
 }
 
@@ -189,6 +192,10 @@ class ArgumentValidation(FieldTypes):
             self.report_to = [*self.report_to, "kubeflow"]
         self._resolve_misc()
         self._tf32_for_compile()
+        if importlib.util.find_spec("accelerate") is not None:  # upstream builds accelerate's PartialState here
+            from ..runtime.accelerate_env import ensure_partial_state
+
+            ensure_partial_state(self)
 
     def _check_empty_cache_steps(self) -> None:
         """Upstream 5.2x's rule, before any text is converted: a value given as a number must be an ``int`` (not a

@@ -33,7 +33,7 @@ from ..utils.option_enums import FSDPOption
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["accelerate_settings", "apply_accelerate_env", "ensure_accelerator_state"]
+__all__ = ["accelerate_settings", "apply_accelerate_env", "ensure_accelerator_state", "ensure_partial_state"]
 
 _TRUE, _FALSE = ("1", "true", "yes", "on", "y", "t"), ("0", "false", "no", "off", "n", "f", "", "none")
 # FSDP_SHARDING_STRATEGY: accelerate writes the name, older configs the torch enum value.
@@ -324,6 +324,40 @@ def apply_accelerate_env(args: Any, environ: Mapping[str, str] | None = None) ->
         logger.info("accelerate launch configuration applied: %s",
                     ", ".join(f"{name}={value!r}" for name, value in changed.items()))
     return changed
+
+
+def ensure_partial_state(args: Any) -> None:
+    """Set up accelerate's process-wide ``PartialState`` when accelerate is installed, as upstream's
+    ``TrainingArguments`` does when it is built (``_setup_devices``): code between the arguments and the Trainer
+    (``accelerate.logging.get_logger(...).warning``, ``PartialState().is_main_process``) finds it.
+
+    A state that already exists is kept (an ``Accelerator`` the script made keeps its settings). In one process the
+    state is made now, with upstream's ``cpu`` (``use_cpu`` or ``ACCELERATE_USE_CPU``): no process group, the same
+    device set-up upstream makes. Under a launcher of several processes trainwell's arguments create no process
+    group when built (the device is resolved at its first use): the state is made then, after the group exists, and
+    adopts it (see ``RuntimeProperties._set_up_runtime``); a group it would have to create itself (DeepSpeed's,
+    made with its engine) is left to the Trainer (:func:`ensure_accelerator_state`).
+    """
+    if importlib.util.find_spec("accelerate") is None:
+        return
+    from accelerate.state import PartialState
+
+    from .distributed import read_launch_env
+
+    if PartialState._shared_state:
+        return
+    if read_launch_env(args.local_rank).distributed:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return
+    cpu = bool(args.use_cpu) or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes", "y",
+                                                                                          "on", "t")
+    try:
+        PartialState(cpu=cpu)
+    except Exception as error:  # an environment accelerate reads otherwise: the Trainer sets the state up later
+        logger.info("accelerate's PartialState was not set up with the arguments (%s: %s)", type(error).__name__,
+                    error)
 
 
 def ensure_accelerator_state(args: Any) -> None:

@@ -274,6 +274,14 @@ def close_process_group_at_exit() -> None:
     _close_registered = True
 
 
+def destroy_process_group() -> bool:
+    """Destroy the default process group when one exists (``Trainer.end``); True when one was destroyed."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.destroy_process_group()
+    return True
+
+
 def _close_process_group() -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return

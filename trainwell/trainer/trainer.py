@@ -845,6 +845,17 @@ class Trainer:
             self._tw_hub.finish_current_push()
 
     # ------------------------------------------------------------------------ upstream compatibility surface
+    def end(self) -> None:
+        """Finish the run: close the distributed process group (as upstream's ``Trainer.end``, which ends
+        accelerate's trackers, none of which a Trainer starts, and destroys the group).
+
+        Call it once, last in the script: ``train``, ``evaluate``, ``predict``, ``save_model`` and ``push_to_hub``
+        communicate between the processes and fail once the group is gone. Without a process group (one process)
+        it does nothing."""
+        from ..runtime.distributed import destroy_process_group
+
+        destroy_process_group()
+
     @property
     def accelerator(self) -> TrainerAccelerator:
         """An object answering the ``accelerate.Accelerator`` calls user code makes (``gather``,

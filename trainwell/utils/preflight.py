@@ -28,13 +28,24 @@ def _scalar_fields(cls: type) -> tuple[tuple[str, type, bool], ...]:
     """
     found = []
     for f in fields(cls):
-        annotation = f.type.__name__ if isinstance(f.type, type) else str(f.type)
+        declared = _declared_annotation(cls, f.name, f.type)
+        annotation = declared.__name__ if isinstance(declared, type) else str(declared)
         parts = [p.strip() for p in annotation.split("|")]
         nullable = "None" in parts or f.default is None
         rest = [p for p in parts if p != "None"]
         if len(rest) == 1 and rest[0] in _SCALARS:
             found.append((f.name, _SCALARS[rest[0]], nullable))
     return tuple(found)
+
+
+def _declared_annotation(cls: type, name: str, fallback: Any) -> Any:
+    """The annotation the class body declares for ``name`` (nearest in the MRO): not the field's ``type``, which
+    upstream's ``HfArgumentParser`` overwrites in place with the type it parses (``str | bool`` becomes ``bool``)."""
+    for klass in cls.__mro__:
+        annotations = vars(klass).get("__annotations__", {})
+        if name in annotations:
+            return annotations[name]
+    return fallback
 
 
 def _convert(owner: str, name: str, kind: type, value: Any) -> Any:
