@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import warnings
 from dataclasses import fields
 from datetime import datetime
@@ -192,7 +193,7 @@ class ArgumentValidation(FieldTypes):
             self.report_to = [*self.report_to, "kubeflow"]
         self._resolve_misc()
         self._tf32_for_compile()
-        if importlib.util.find_spec("accelerate") is not None:  # upstream builds accelerate's PartialState here
+        if "accelerate" in sys.modules:  # upstream builds accelerate's PartialState here (see ensure_partial_state)
             from ..runtime.accelerate_env import ensure_partial_state
 
             ensure_partial_state(self)
@@ -523,7 +524,6 @@ class ArgumentValidation(FieldTypes):
         Each name of ``REFUSED_FIELDS`` is checked here and only here (tests/test_no_stub_fields.py holds the list
         to that: every other field is read by the library or is one of ``USER_SCRIPT_FIELDS``).
         """
-        import importlib.util
 
         def missing(module: str) -> bool:
             return importlib.util.find_spec(module) is None

@@ -29,7 +29,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import torch.distributed as dist
+
 from ..utils.option_enums import FSDPOption
+from .distributed import read_launch_env
 
 logger = logging.getLogger(__name__)
 
@@ -331,26 +334,22 @@ def ensure_partial_state(args: Any) -> None:
     ``TrainingArguments`` does when it is built (``_setup_devices``): code between the arguments and the Trainer
     (``accelerate.logging.get_logger(...).warning``, ``PartialState().is_main_process``) finds it.
 
-    A state that already exists is kept (an ``Accelerator`` the script made keeps its settings). In one process the
+    Only once accelerate is imported (a script or library that logs through it has imported it): a plain run, and
+    ``TrainingArguments()`` on its torch-free path, never load accelerate. A state that already exists is kept (an ``Accelerator`` the script made keeps its settings). In one process the
     state is made now, with upstream's ``cpu`` (``use_cpu`` or ``ACCELERATE_USE_CPU``): no process group, the same
     device set-up upstream makes. Under a launcher of several processes trainwell's arguments create no process
     group when built (the device is resolved at its first use): the state is made then, after the group exists, and
     adopts it (see ``RuntimeProperties._set_up_runtime``); a group it would have to create itself (DeepSpeed's,
     made with its engine) is left to the Trainer (:func:`ensure_accelerator_state`).
     """
-    if importlib.util.find_spec("accelerate") is None:
-        return
+    if "accelerate" not in sys.modules:
+        return  # only code that has imported accelerate can log through it; a plain run never loads it
     from accelerate.state import PartialState
-
-    from .distributed import read_launch_env
 
     if PartialState._shared_state:
         return
-    if read_launch_env(args.local_rank).distributed:
-        import torch.distributed as dist
-
-        if not (dist.is_available() and dist.is_initialized()):
-            return
+    if read_launch_env(args.local_rank).distributed and not (dist.is_available() and dist.is_initialized()):
+        return
     cpu = bool(args.use_cpu) or os.environ.get("ACCELERATE_USE_CPU", "false").lower() in ("1", "true", "yes", "y",
                                                                                           "on", "t")
     try:
