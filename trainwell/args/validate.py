@@ -2,8 +2,8 @@
 ``FutureWarning``), fill derived defaults and raise ``ValueError`` naming the field and the fix.
 
 Also the vocabulary the checks use (log levels, debug words, compile modes...). Nothing here touches process
-groups; the one outside effect is upstream's: with accelerate installed, its ``PartialState`` is set up in a single
-process (:func:`trainwell.runtime.accelerate_env.ensure_partial_state`).
+groups; the one outside effect is upstream's: once the process has imported accelerate, its ``PartialState`` is set
+up in a single process (:func:`trainwell.runtime.accelerate_env.ensure_partial_state`).
 """
 
 from __future__ import annotations

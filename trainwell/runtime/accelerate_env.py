@@ -330,13 +330,13 @@ def apply_accelerate_env(args: Any, environ: Mapping[str, str] | None = None) ->
 
 
 def ensure_partial_state(args: Any) -> None:
-    """Set up accelerate's process-wide ``PartialState`` when accelerate is installed, as upstream's
+    """Set up accelerate's process-wide ``PartialState`` once accelerate is imported, as upstream's
     ``TrainingArguments`` does when it is built (``_setup_devices``): code between the arguments and the Trainer
     (``accelerate.logging.get_logger(...).warning``, ``PartialState().is_main_process``) finds it.
 
     Only once accelerate is imported (a script or library that logs through it has imported it): a plain run, and
-    ``TrainingArguments()`` on its torch-free path, never load accelerate. A state that already exists is kept (an ``Accelerator`` the script made keeps its settings). In one process the
-    state is made now, with upstream's ``cpu`` (``use_cpu`` or ``ACCELERATE_USE_CPU``): no process group, the same
+    ``TrainingArguments()`` on its torch-free path, never load accelerate. A state that already exists is kept (an
+    ``Accelerator`` the script made keeps its settings). In one process the state is made now, with upstream's ``cpu`` (``use_cpu`` or ``ACCELERATE_USE_CPU``): no process group, the same
     device set-up upstream makes. Under a launcher of several processes trainwell's arguments create no process
     group when built (the device is resolved at its first use): the state is made then, after the group exists, and
     adopts it (see ``RuntimeProperties._set_up_runtime``); a group it would have to create itself (DeepSpeed's,
