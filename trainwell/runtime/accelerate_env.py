@@ -366,22 +366,29 @@ def ensure_accelerator_state(args: Any) -> None:
 
     trainwell itself never reads it. Nothing happens when accelerate is not installed or a state already exists (an
     ``Accelerator`` the script created keeps its settings). Call it after the process group is set up
-    (``args.device``): accelerate then adopts the group instead of creating one.
+    (``args.device``): accelerate then adopts the group instead of creating one. Under DeepSpeed ``args.device``
+    makes no group and accelerate creates it here: for the Trainer, so trainwell closes it at exit as its own.
     """
     if importlib.util.find_spec("accelerate") is None or "accelerate" not in sys.modules:
         return  # a library that reads the state (TRL) has imported accelerate; a plain run never loads it
+    import torch.distributed as dist
     from accelerate.state import AcceleratorState
+
+    from .distributed import close_process_group_at_exit
 
     if AcceleratorState._shared_state.get("_mixed_precision") is not None:  # already set up by an Accelerator
         return
     precision = "fp16" if args.fp16 else ("bf16" if args.bf16 else "no")
     cpu = args.device.type == "cpu"
+    had_group = dist.is_available() and dist.is_initialized()
     try:
         from accelerate.utils import TorchDynamoPlugin
 
         # the plugin an Accelerator() would pass: an upstream Trainer created later in this process reuses this state
         # and reads its dynamo_plugin
         AcceleratorState(mixed_precision=precision, cpu=cpu, dynamo_plugin=TorchDynamoPlugin(), _from_accelerator=True)
+        if not had_group and dist.is_available() and dist.is_initialized():  # accelerate made the group for this
+            close_process_group_at_exit()  # Trainer (under DeepSpeed, args.device makes none): trainwell closes it
     except Exception as error:  # a launch set-up accelerate handles otherwise (its DeepSpeed plugin): trainwell's own
         logger.info("accelerate's AcceleratorState was not set up (%s: %s); libraries reading it outside the "
                     "Trainer may fail", type(error).__name__, error)
