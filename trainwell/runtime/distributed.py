@@ -10,9 +10,11 @@ Nothing here has side effects at import time (except that :func:`read_launch_env
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
+import types
 import atexit
 import threading
 from dataclasses import dataclass
@@ -258,13 +260,14 @@ _close_registered = False
 
 
 def close_process_group_at_exit() -> None:
-    """Close the default process group when the interpreter exits; for groups trainwell itself created.
+    """Close the process groups when the interpreter exits; for a default group trainwell itself created.
 
-    A process that leaves with its group still open has its communication threads torn down during C++ static
-    destruction, and the rank hosting the rendezvous store can then abort ("terminate called without an active
+    A process that leaves with gloo groups alive has their threads (``pt_gloo_runloop``, ``gloo_tcp_loop``) torn
+    down while the interpreter finalizes, and a rank can then abort ("terminate called without an active
     exception", SIGABRT) after a run that succeeded. At exit the ranks first meet on the store (bounded by a
     timeout, so a peer that died cannot hold the exit up for long; skipped when leaving on an unhandled exception),
-    then each closes its group.
+    then each destroys its groups and drops what still references them (:func:`destroy_process_group`), also when
+    the script already destroyed the default group itself.
     """
     global _close_registered
     if _close_registered:
@@ -275,22 +278,143 @@ def close_process_group_at_exit() -> None:
 
 
 def destroy_process_group() -> bool:
-    """Destroy the default process group when one exists (``Trainer.end``); True when one was destroyed."""
+    """Destroy every process group and end their threads now (``Trainer.end``, exit); True when a default group
+    existed.
+
+    ``dist.destroy_process_group()`` shuts every group down, but a gloo group's threads only end when the group
+    object is freed, and objects outside torch's registry keep destroyed groups alive: a ``DeviceMesh`` (FSDP2's
+    mesh, and so every sharded parameter), DeepSpeed's engine, optimizer, parameters and module-level group
+    caches. Those are freed only while the interpreter finalizes, with their threads still running. So
+    :func:`release_destroyed_groups` follows.
+    """
+    existed = dist.is_available() and dist.is_initialized()
+    if existed:
+        note_process_groups()
+        dist.destroy_process_group()
+    release_destroyed_groups()
+    return existed
+
+
+_noted_groups: list[Any] = []  # the groups alive when last noted: released (and forgotten) once destroyed
+
+
+def note_process_groups() -> None:
+    """Remember the live process groups (the default one, a mesh's, DeepSpeed's), so that
+    :func:`release_destroyed_groups` can find what still references them after the script destroyed them itself.
+    Called at the end of training and before trainwell destroys the groups."""
     if not (dist.is_available() and dist.is_initialized()):
-        return False
-    dist.destroy_process_group()
-    return True
+        return
+    for group in list(dist.distributed_c10d._world.pg_map):
+        if not any(group is noted for noted in _noted_groups):
+            _noted_groups.append(group)
+
+
+def release_destroyed_groups() -> int:
+    """Once no default group exists (so every group is destroyed), replace each reference to a noted process
+    group by ``None`` and collect: the groups are freed and their threads end. Returns how many references were
+    dropped; without ``torch.distributed`` or while a default group exists, nothing is touched.
+
+    A destroyed group can no longer communicate: what is dropped is a dead handle. The references are found by
+    the garbage collector's referrer search (attributes, dicts, lists, closure cells; a tenth of a second on a
+    large heap), plus what that search cannot see: a ``DeviceMesh``'s group registry and the ``group=group.WORLD``
+    defaults of ``torch.distributed`` and DeepSpeed functions (containers holding only groups and strings are not
+    tracked by the collector), and a ``DistributedDataParallel``'s C++ reducer and logger, which are dropped too.
+    Where gloo threads still run after that (Linux shows them), a collection follows (a group in a cycle).
+    """
+    if not dist.is_available() or dist.is_initialized():
+        return 0
+    groups = list(_noted_groups)
+    _noted_groups.clear()
+    dropped = _drop_known_references(groups) if groups else 0
+    del groups  # the last references: the groups are freed now (and their threads joined)
+    if _gloo_threads():
+        gc.collect()  # a group in a reference cycle
+    return dropped
+
+
+def _drop_known_references(groups: list[Any]) -> int:
+    dropped = 0
+    holders: list[Any] = [holder for holder in gc.get_referrers(*groups)
+                          if holder is not groups and not isinstance(holder, types.FrameType)]
+    mesh_module = sys.modules.get("torch.distributed.device_mesh")
+    mesh_type = getattr(mesh_module, "DeviceMesh", None)
+    if isinstance(mesh_type, type):  # a mesh's registry dict holds only names and groups: untracked
+        holders += [getattr(mesh, "_pg_registry", None) for mesh in gc.get_referrers(mesh_type)
+                    if isinstance(mesh, mesh_type)]
+    ddp_module = sys.modules.get("torch.nn.parallel.distributed")
+    ddp_type = getattr(ddp_module, "DistributedDataParallel", None)
+    if isinstance(ddp_type, type):  # its C++ reducer (and the logger that holds it) keep the group past Python
+        for ddp in gc.get_referrers(ddp_type):
+            if isinstance(ddp, ddp_type):
+                dropped += sum(vars(ddp).pop(name, None) is not None for name in ("reducer", "logger"))
+    for name, module in list(sys.modules.items()):  # group=group.WORLD defaults: untracked tuples
+        if module is not None and (name.startswith("torch.distributed") or name.startswith("deepspeed")):
+            holders += [function for function in _module_functions(module) if any(map(_is_group,
+                                                                                     function.__defaults__ or ()))]
+    return dropped + sum(_drop_in(holder) for holder in holders if holder is not None)
+
+
+def _module_functions(module: types.ModuleType) -> list[types.FunctionType]:
+    functions = []
+    for value in list(vars(module).values()):
+        if isinstance(value, types.FunctionType):
+            functions.append(value)
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            functions += [member for member in vars(value).values() if isinstance(member, types.FunctionType)]
+    return functions
+
+
+def _drop_in(holder: Any) -> int:
+    """Replace the process groups ``holder`` references (a function's defaults, a cell, a dict, a list, an
+    instance's attributes) by ``None``; how many."""
+    if isinstance(holder, types.FunctionType):
+        defaults = holder.__defaults__ or ()
+        holder.__defaults__ = tuple(None if _is_group(v) else v for v in defaults)
+        return sum(map(_is_group, defaults))
+    if isinstance(holder, types.CellType):
+        if _is_group(holder.cell_contents):
+            holder.cell_contents = None
+            return 1
+        return 0
+    if not isinstance(holder, (dict, list)):  # an instance: its attributes live in its (managed) dict
+        holder = getattr(holder, "__dict__", None)
+        if not isinstance(holder, dict):
+            return 0  # a tuple or __slots__ keeps its reference
+    keys = [key for key, value in (holder.items() if isinstance(holder, dict) else enumerate(holder))
+            if _is_group(value)]
+    for key in keys:
+        holder[key] = None
+    return len(keys)
+
+
+def _gloo_threads() -> int:
+    """How many of this process's native threads belong to gloo groups (Linux's ``/proc``; 0 elsewhere)."""
+    count = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return 0
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                count += comm.read().strip() in ("pt_gloo_runloop", "gloo_tcp_loop")
+        except OSError:  # the thread ended meanwhile
+            pass
+    return count
+
+
+def _is_group(value: object) -> bool:
+    return isinstance(value, dist.ProcessGroup)
 
 
 def _close_process_group() -> None:
-    if not (dist.is_available() and dist.is_initialized()):
-        return
+    if dist.is_available() and dist.is_initialized():
+        try:
+            _meet_at_exit(dist.get_world_size())
+        except Exception:  # the store's host already left: close without meeting
+            pass
     try:
-        _meet_at_exit(dist.get_world_size())
-    except Exception:  # the store's host already left: close without meeting
-        pass
-    try:
-        dist.destroy_process_group()
+        destroy_process_group()
     except Exception:  # nothing more can be done at exit
         pass
 

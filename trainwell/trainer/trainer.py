@@ -22,6 +22,7 @@ from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..utils.trainer_state import TrainerControl, TrainerState
 from ..loops import eval_loop
 from ..loops.best_metric import is_new_best, metric_value
+from ..runtime.distributed import destroy_process_group, note_process_groups
 from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
@@ -560,6 +561,7 @@ class Trainer:
                 self._tw_run.close()
             self._tw_checkpoints.release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
+            note_process_groups()  # the mesh's and DeepSpeed's groups, released at exit even if the script destroys
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
@@ -852,8 +854,6 @@ class Trainer:
         Call it once, last in the script: ``train``, ``evaluate``, ``predict``, ``save_model`` and ``push_to_hub``
         communicate between the processes and fail once the group is gone. Without a process group (one process)
         it does nothing."""
-        from ..runtime.distributed import destroy_process_group
-
         destroy_process_group()
 
     @property
