@@ -192,7 +192,8 @@ def plan_training(args: TrainingArguments, dataloader: Any, world_size: int,
         else:
             max_steps = math.ceil(args.num_train_epochs * updates)
             epochs = math.ceil(args.num_train_epochs)
-        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * batch_size
+        dataset = getattr(dataloader, "dataset", None)  # a loader of the user's own may have none (upstream's too)
+        examples = len(dataset) if has_length(dataset) else micro * batch_size
         return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
     if args.max_steps <= 0:
         raise ValueError(

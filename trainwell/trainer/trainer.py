@@ -54,6 +54,18 @@ _SEARCH_REPLACES = ("args", "state", "control", "model", "model_wrapped", "optim
                     "label_smoother", "_tw_checkpoints", "backend")
 
 
+def _label_smoother(args: TrainingArguments, model: Any) -> LabelSmoother | None:
+    """``args.label_smoothing_factor``'s smoother; none for a multi-label classifier (its loss is a binary cross
+    entropy per label, which smoothing over classes does not fit), with upstream's warning."""
+    if not args.label_smoothing_factor:
+        return None
+    if getattr(getattr(model, "config", None), "problem_type", None) == "multi_label_classification":
+        warnings.warn("Label smoothing is not compatible with multi-label classification. Disabling label smoothing "
+                      "for this training run.", UserWarning, stacklevel=3)
+        return None
+    return LabelSmoother(args.label_smoothing_factor)
+
+
 def _no_flops(inputs: Any) -> int:
     return 0
 
@@ -147,10 +159,11 @@ class Trainer:
         if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
-        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        self.label_smoother = _label_smoother(args, self.model)
         inferred = default_label_names(self.model)  # upstream's find_labels; a bare forward(**kwargs): ["labels"]
         self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
+        self._eval_dataloaders: dict[str, Any] = {}  # upstream's: one loader per eval set under persistent workers
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
                                   is_world_process_zero=self.is_world_process_zero())
         self.control = TrainerControl()
@@ -926,7 +939,7 @@ class Trainer:
 
         self.args = args
         self._tw_checkpoints = self._tw_checkpoints.renewed(args)
-        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        self.label_smoother = _label_smoother(args, self.model)
         self.backend, self.model_wrapped = None, self.model
         if self.model_init is not None:  # train() builds a new model: the old one's optimizer goes
             self.optimizer = self.lr_scheduler = None
