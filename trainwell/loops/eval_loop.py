@@ -164,7 +164,7 @@ def eval_dataloader(trainer: EvalLoopTrainer, eval_dataset: Any = None) -> DataL
                                    sampler_fn=trainer._get_eval_sampler, dataloader_key=key)
 
 
-def persistent_eval_loader(trainer: Any, key: str, dataset: Any) -> DataLoader | None:
+def persistent_eval_loader(trainer: EvalLoopTrainer, key: str, dataset: Any) -> DataLoader | None:
     """The loader built earlier for ``key`` over this same ``dataset``, under ``dataloader_persistent_workers``: one
     loader per evaluation set, so its workers persist across evaluations (as upstream's ``_eval_dataloaders``). A
     different dataset under the same key (``evaluate(other_dataset)``) gets a new loader, where upstream's returns

@@ -100,6 +100,7 @@ class LoopState:
     flos: float = 0.0  # FLOPs counted since the last store_flos (the Trainer's current_flos)
     # What training_step divides the micro-batch's loss by (the Trainer's current_gradient_accumulation_steps)
     accumulation_divisor: int | float | torch.Tensor = 1
+    window_size: int = 1  # the micro-batches of the step running (a model's router loss counts once per window)
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,
