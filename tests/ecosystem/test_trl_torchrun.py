@@ -2,7 +2,7 @@
 completes, both ranks train every step, and it logs the same values at every step as upstream's
 ``torchrun --nproc_per_node 2 trl_job.py ...`` (the same script, unpatched), and saves the same weights.
 
-``average_tokens_across_devices`` is set explicitly on both sides (upstream's default is True, trainwell's False):
+``average_tokens_across_devices`` is set explicitly on both sides (both default to True):
 with True both sum the label tokens over the ranks and scale the loss by the world size; with False each rank
 divides by its own count. 2 ranks x 2 rows a batch: the global batch of the one-rank parity test (4).
 """

@@ -85,7 +85,7 @@ def test_auto_find_batch_size_is_refused_by_a_backend_that_fixes_the_micro_batch
 # Private attributes trainwell sets on a Trainer with upstream's name and meaning (a subclass of upstream's Trainer
 # reading them finds what it expects there); every other private one is trainwell's own and starts with ``_tw_``.
 UPSTREAM_PRIVATE_ATTRIBUTES = {"_memory_tracker", "_past", "_train_batch_size", "_signature_columns",
-                               "_created_lr_scheduler"}
+                               "_created_lr_scheduler", "_eval_dataloaders"}
 
 
 def _train_save_resume(cls: type, tiny, make_args) -> tuple[list[float], list[str], Trainer]:

@@ -30,9 +30,6 @@ def _d(aspects: str, upstream: str, trainwell: str, why: str) -> FieldDifference
 FIELD_DIFFERENCES: dict[str, FieldDifference] = {
     "output_dir": _d("default", "`None`, `\"trainer_output\"` after init", "`\"trainer_output\"`",
                      "the same value after init; the declared default says it"),
-    "average_tokens_across_devices": _d("default value", "`True`", "`False`",
-                                        "older releases' default; True sums `num_items_in_batch` over the ranks, as "
-                                        "upstream"),
     "lr_scheduler_kwargs": _d("default value", "`None`", "`{}`", "the same meaning, a dict the code reads directly"),
     "fsdp": _d("default value", "`None`", "`\"\"`, `[]` after init", "the same meaning, an empty option list"),
     "fsdp_config": _d("value", "`None` after init", "a dict of the options trainwell reads, with their defaults",

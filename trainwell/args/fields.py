@@ -334,7 +334,7 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     use_liger_kernel: bool | None = _f(False, "Use Liger kernels (left to the trainer).")
     liger_kernel_config: dict | str | None = _f(None, "Liger kernel options.")
     eval_use_gather_object: bool | None = _f(False, "Gather non-tensor outputs across ranks.")
-    average_tokens_across_devices: bool | None = _f(False, "Average token counts across devices.")
+    average_tokens_across_devices: bool | None = _f(True, "Average token counts across devices.")
 
 
     #: Fields that accept a JSON object string (parsed into a dict by ``__post_init__``), as upstream's class

@@ -92,8 +92,8 @@ def _is_union(tp: Any) -> bool:
 
 def _item_kwargs(tp: Any) -> dict[str, Any]:
     """argparse ``type``/``choices`` for one value of type ``tp`` (a list item or a plain field)."""
-    if get_origin(tp) is Literal:
-        return {"choices": list(get_args(tp)), "type": _choice_type(get_args(tp))}
+    if get_origin(tp) is Literal:  # the Literal's own tuple, as upstream's parser keeps it (an Enum's: a list)
+        return {"choices": get_args(tp), "type": _choice_type(get_args(tp))}
     if isinstance(tp, type) and issubclass(tp, Enum):
         values = [m.value for m in tp]
         return {"choices": values, "type": _choice_type(values)}

@@ -365,7 +365,9 @@ class ArgumentValidation(FieldTypes):
             self.greater_is_better = not self.metric_for_best_model.endswith("loss")
         if self.save_strategy == SaveStrategy.BEST:
             if self.metric_for_best_model is None:
-                raise ValueError("save_strategy='best' needs metric_for_best_model (e.g. 'eval_loss').")
+                raise ValueError("`args.metric_for_best_model` must be provided when using 'best' save_strategy or if "
+                                 "`args.load_best_model_at_end` is set to `True`: save_strategy='best' keeps the "
+                                 "checkpoints that improve it; pass metric_for_best_model (e.g. 'eval_loss').")
             if self.eval_strategy == IntervalStrategy.NO:
                 logger.warning("save_strategy='best' saves after evaluations, but eval_strategy='no'.")
         if self.load_best_model_at_end and self.save_strategy != SaveStrategy.BEST:

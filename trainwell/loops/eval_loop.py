@@ -157,8 +157,22 @@ def eval_dataloader(trainer: EvalLoopTrainer, eval_dataset: Any = None) -> DataL
     if isinstance(eval_dataset, Mapping):
         raise ValueError(f"get_eval_dataloader got a dict of datasets (names: {list(eval_dataset)}); "
                          "pass one dataset or one of those names (evaluate() handles dicts itself).")
+    kept = persistent_eval_loader(trainer, key, eval_dataset)
+    if kept is not None:
+        return kept
     return trainer._get_dataloader(eval_dataset, "Evaluation", trainer.args.eval_batch_size,
                                    sampler_fn=trainer._get_eval_sampler, dataloader_key=key)
+
+
+def persistent_eval_loader(trainer: EvalLoopTrainer, key: str, dataset: Any) -> DataLoader | None:
+    """The loader built earlier for ``key`` over this same ``dataset``, under ``dataloader_persistent_workers``: one
+    loader per evaluation set, so its workers persist across evaluations (as upstream's ``_eval_dataloaders``). A
+    different dataset under the same key (``evaluate(other_dataset)``) gets a new loader, where upstream's returns
+    the first one."""
+    if not trainer.args.dataloader_persistent_workers:
+        return None
+    kept = getattr(trainer, "_eval_dataloaders", {}).get(key)
+    return kept if kept is not None and getattr(kept, "_tw_source_dataset", None) is dataset else None
 
 
 def prediction_dataloader(trainer: EvalLoopTrainer, test_dataset: Any) -> DataLoader:

@@ -100,6 +100,7 @@ class LoopState:
     flos: float = 0.0  # FLOPs counted since the last store_flos (the Trainer's current_flos)
     # What training_step divides the micro-batch's loss by (the Trainer's current_gradient_accumulation_steps)
     accumulation_divisor: int | float | torch.Tensor = 1
+    window_size: int = 1  # the micro-batches of the step running (a model's router loss counts once per window)
 
     @classmethod
     def start(cls, position: DataPosition, *, device: torch.device, nan_inf_filter: bool, accumulation_steps: int,
@@ -192,7 +193,8 @@ def plan_training(args: TrainingArguments, dataloader: Any, world_size: int,
         else:
             max_steps = math.ceil(args.num_train_epochs * updates)
             epochs = math.ceil(args.num_train_epochs)
-        examples = len(dataloader.dataset) if has_length(dataloader.dataset) else micro * batch_size
+        dataset = getattr(dataloader, "dataset", None)  # a loader of the user's own may have none (upstream's too)
+        examples = len(dataset) if has_length(dataset) else micro * batch_size
         return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
     if args.max_steps <= 0:
         raise ValueError(

@@ -310,3 +310,27 @@ def average_tokens_loss_scale(world_size: int, n_gpu: int) -> int:
     """What ``compute_loss`` multiplies a loss divided by the count of every device's items by: upstream's
     ``loss *= loss_scale if n_gpu <= 1 else n_gpu`` (``loss_scale``: the processes; DataParallel: the replicas)."""
     return world_size if n_gpu <= 1 else n_gpu
+
+
+def router_aux_term(model: nn.Module, outputs: Any) -> torch.Tensor | None:
+    """``router_aux_loss_coef * aux_loss``: the router (load-balancing) loss a mixture-of-experts model added to its
+    loss (transformers' Mixtral, Qwen2/3-MoE, OLMoE...: ``outputs.aux_loss``, the coefficient on the model or its
+    config); None for any other model, a zero coefficient, or outputs that are not a mapping (a tuple).
+
+    That term is a mean over the micro-batch's own tokens, not ``sum / num_items_in_batch``: the scaling that makes
+    the language-model term of every rank and micro-batch add up to the big batch's (``x world_size``, no division
+    over the accumulation window) must leave it out, or it counts ``world_size x micro-batches`` times
+    (upstream's transformers#48690).
+    """
+    if not isinstance(outputs, Mapping):
+        return None
+    aux = outputs.get("aux_loss")
+    if not isinstance(aux, torch.Tensor):
+        return None
+    inner = unwrap_model(model)
+    coef = getattr(inner, "router_aux_loss_coef", None)
+    if coef is None:
+        coef = getattr(getattr(inner, "config", None), "router_aux_loss_coef", None)
+    if not coef:
+        return None
+    return coef * aux

@@ -113,6 +113,30 @@ class TrainingRun:
         position.batches_per_epoch, position.train_batch_size = self.plan.micro_batches_per_epoch, batch_size
         self.callbacks.train_dataloader = self.dataloader
         parts.register(self)
+        if logger.isEnabledFor(logging.INFO):
+            self._log_start(batch_size)
+
+    def _log_start(self, batch_size: int) -> None:
+        """Upstream's "***** Running training *****" summary, at INFO (so ``log_level`` decides who sees it)."""
+        args, plan, state, position = self.args, self.plan, self.trainer.state, self.loop.position
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        lines = ["***** Running training *****"]
+        if plan.num_examples is not None:
+            lines.append(f"  Num examples = {plan.num_examples:,}")
+        lines.append(f"  Num Epochs = {plan.num_epochs:,}")
+        if plan.updates_per_epoch is not None:
+            lines.append(f"  Num update steps per epoch = {plan.updates_per_epoch:,}")
+        lines += [f"  Instantaneous batch size per device = {batch_size:,}",
+                  f"  Total train batch size (w. parallel, distributed & accumulation) = "
+                  f"{plan.total_train_batch_size:,}",
+                  f"  Gradient Accumulation steps = {args.gradient_accumulation_steps}",
+                  f"  Total optimization steps = {plan.max_steps:,}",
+                  f"  Number of trainable parameters = {trainable:,}"]
+        if self.resumed_from is not None:
+            lines.append(f"  Resuming training from checkpoint with epoch {position.epoch} and global step "
+                         f"{state.global_step}")
+        for line in lines:
+            logger.info(line)
 
     @property
     def state(self) -> TrainerState:

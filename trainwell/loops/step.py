@@ -86,6 +86,7 @@ class StepRunner:
         trainer, args, state, callbacks = self.trainer, self.args, self.state, self.callbacks
         num_items, divisors = self.scaler.window(group)
         last = len(group) - 1
+        self.loop.window_size = last + 1
         for i, inputs in enumerate(group):
             with self.no_sync(i == last):  # gradients are synchronised once, on the window's last backward
                 self.forward_backward(inputs, num_items, divisors[i])

@@ -63,7 +63,7 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -
             obj.set_epoch(epoch)
     # An iterable dataset may shuffle with its own generator: seeded as a function of the epoch, so every epoch
     # differs and a resumed run redraws the same numbers.
-    generator = getattr(dataloader.dataset, "generator", None)
+    generator = getattr(getattr(dataloader, "dataset", None), "generator", None)
     if isinstance(generator, torch.Generator):
         generator.manual_seed(seed + epoch)
     if skip_batches <= 0:

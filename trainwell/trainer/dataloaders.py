@@ -38,6 +38,7 @@ class DataTrainer(Protocol):
     model: nn.Module
     data_collator: Any
     _signature_columns: list[str] | None
+    _eval_dataloaders: dict[str, Any]  # upstream's: the loaders kept under dataloader_persistent_workers
 
     def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any: ...
 
@@ -57,8 +58,9 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
     collator, the sampler ``sampler_fn(dataset)`` (none for an iterable dataset) and, for training, seeded workers.
 
     ``description`` is upstream's (``"Training"``, ``"Evaluation"``, ``"test"``), passed on to the column-removal
-    methods as there. ``dataloader_key`` is accepted for upstream's callers; trainwell does not keep evaluation
-    loaders between calls (upstream reuses them under ``dataloader_persistent_workers``), so it builds a new one.
+    methods as there. Under ``dataloader_persistent_workers`` a loader with a ``dataloader_key`` (an evaluation
+    set's name, or ``"eval"``) is kept in ``trainer._eval_dataloaders`` (upstream's attribute), which
+    ``get_eval_dataloader`` returns again for the same dataset, so its workers persist across evaluations.
     """
     name = _DATASET_NAMES.get(description, description)
     if dataset is None:
@@ -67,7 +69,7 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
     check_dataset(dataset, name.removesuffix("_dataset"))  # also for datasets passed to evaluate()/predict()
     if has_length(dataset) and len(dataset) == 0:
         raise ValueError(f"The {name} dataset is empty (len() == 0); pass a dataset with at least one item")
-    args, collator = trainer.args, trainer.data_collator
+    args, collator, source = trainer.args, trainer.data_collator, dataset
     # upstream's overridable steps, called as upstream calls them (each does nothing without remove_unused_columns)
     if hasattr(dataset, "column_names") and hasattr(dataset, "remove_columns"):  # a datasets.Dataset
         dataset = trainer._remove_unused_columns(dataset, description=description)
@@ -83,7 +85,7 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
     # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
     workers = args.dataloader_num_workers
     worker_init = partial(seed_worker, num_workers=workers, rank=args.process_index) if is_training else None
-    return build_dataloader(
+    loader = build_dataloader(
         dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
         drop_last=args.dataloader_drop_last, num_workers=workers,
         pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
@@ -91,6 +93,10 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
         prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size,
         multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
         in_order=getattr(args, "dataloader_in_order", True))
+    if dataloader_key is not None and args.dataloader_persistent_workers:
+        loader._tw_source_dataset = source  # the dataset asked for (column removal may have made another)
+        trainer._eval_dataloaders[dataloader_key] = loader
+    return loader
 
 
 def _sample(trainer: DataTrainer, sampler_fn: Callable[[Any], Any], dataset: Any) -> Any:

@@ -22,6 +22,7 @@ from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..utils.trainer_state import TrainerControl, TrainerState
 from ..loops import eval_loop
 from ..loops.best_metric import is_new_best, metric_value
+from ..loops.loss_scaling import router_aux_term
 from ..runtime.distributed import destroy_process_group, note_process_groups
 from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
@@ -53,6 +54,18 @@ DEFAULT_CALLBACKS: list[type[TrainerCallback]] = [DefaultFlowCallback]
 # What a hyper-parameter search's trials replace on the Trainer (see _tw_search_scope).
 _SEARCH_REPLACES = ("args", "state", "control", "model", "model_wrapped", "optimizer", "lr_scheduler",
                     "label_smoother", "_tw_checkpoints", "backend")
+
+
+def _label_smoother(args: TrainingArguments, model: Any) -> LabelSmoother | None:
+    """``args.label_smoothing_factor``'s smoother; none for a multi-label classifier (its loss is a binary cross
+    entropy per label, which smoothing over classes does not fit), with upstream's warning."""
+    if not args.label_smoothing_factor:
+        return None
+    if getattr(getattr(model, "config", None), "problem_type", None) == "multi_label_classification":
+        warnings.warn("Label smoothing is not compatible with multi-label classification. Disabling label smoothing "
+                      "for this training run.", UserWarning, stacklevel=3)
+        return None
+    return LabelSmoother(args.label_smoothing_factor)
 
 
 def _no_flops(inputs: Any) -> int:
@@ -148,10 +161,11 @@ class Trainer:
         if self.optimizer is not None and optimizer_cls_and_kwargs is not None:
             raise ValueError("Pass either `optimizers` or `optimizer_cls_and_kwargs`, not both")
         self._adopt_model(model)
-        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        self.label_smoother = _label_smoother(args, self.model)
         inferred = default_label_names(self.model)  # upstream's find_labels; a bare forward(**kwargs): ["labels"]
         self.label_names = list(args.label_names) if args.label_names is not None else inferred
         self._signature_columns: list[str] | None = None
+        self._eval_dataloaders: dict[str, Any] = {}  # upstream's: one loader per eval set under persistent workers
         self.state = TrainerState(is_local_process_zero=self.is_local_process_zero(),
                                   is_world_process_zero=self.is_world_process_zero())
         self.control = TrainerControl()
@@ -377,12 +391,24 @@ class Trainer:
             loss = outputs.get("loss") if type(outputs) is dict else None
             if type(loss) is not torch.Tensor:
                 loss = extract_loss(outputs, inputs, self.label_names)
-        if num_items_in_batch is not None and self.args.average_tokens_across_devices and \
-                (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
-            # num_items_in_batch counts every rank's items and DDP averages the gradients: scale back (as upstream:
-            # loss_scale if n_gpu <= 1 else n_gpu, see loss_scaling.average_tokens_loss_scale)
-            loss = loss * (self.args.world_size if self._tw_n_gpu <= 1 else self._tw_n_gpu)
+        if num_items_in_batch is not None and (self.model_accepts_loss_kwargs or self.compute_loss_func is not None):
+            loss = self._tw_scale_to_global_batch(model, loss, outputs if labels is None else None)
         return (loss, outputs) if return_outputs else loss
+
+    def _tw_scale_to_global_batch(self, model: nn.Module, loss: torch.Tensor, outputs: Any) -> torch.Tensor:
+        """A loss divided by ``num_items_in_batch`` (the items of every rank and micro-batch of the step), scaled so
+        that the ranks' averaged gradients and the window's summed ones are the big batch's: with
+        ``average_tokens_across_devices`` the count spans every rank and DDP averages, so the loss is multiplied
+        back (upstream's ``loss_scale if n_gpu <= 1 else n_gpu``). A model's own router loss (``outputs``: the
+        model's, None for a loss computed here) is a mean over its micro-batch instead: it is left out of the
+        multiplication and divided over the window's micro-batches (upstream multiplies it, transformers#48690)."""
+        average = bool(self.args.average_tokens_across_devices)
+        scale = (self.args.world_size if self._tw_n_gpu <= 1 else self._tw_n_gpu) if average else 1
+        aux = None if outputs is None else router_aux_term(model, outputs)
+        if aux is None:
+            return loss * scale if scale != 1 else loss
+        window = self._tw_run.loop.window_size if self.is_in_train and self._tw_run is not None else 1
+        return (loss - aux) * scale + aux / window
 
     def training_step(self, model: nn.Module, inputs: dict[str, Any],
                       num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
@@ -926,7 +952,7 @@ class Trainer:
 
         self.args = args
         self._tw_checkpoints = self._tw_checkpoints.renewed(args)
-        self.label_smoother = LabelSmoother(args.label_smoothing_factor) if args.label_smoothing_factor else None
+        self.label_smoother = _label_smoother(args, self.model)
         self.backend, self.model_wrapped = None, self.model
         if self.model_init is not None:  # train() builds a new model: the old one's optimizer goes
             self.optimizer = self.lr_scheduler = None

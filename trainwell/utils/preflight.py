@@ -14,7 +14,12 @@ from dataclasses import fields
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["coerce_field_types", "check_output_dir", "check_dataset"]
+__all__ = ["FieldTypeError", "coerce_field_types", "check_output_dir", "check_dataset"]
+
+
+class FieldTypeError(TypeError, ValueError):
+    """A field's value of the wrong type: a ``TypeError``, and a ``ValueError`` too, since upstream's own checks
+    (``torch_empty_cache_steps="none"``) raise ``ValueError`` for what this check refuses first."""
 
 _SCALARS = {"int": int, "float": float, "bool": bool}
 _TRUE, _FALSE = ("yes", "true", "t", "y", "1"), ("no", "false", "f", "n", "0")
@@ -67,7 +72,7 @@ def _convert(owner: str, name: str, kind: type, value: Any) -> Any:
         return int(value)
     elif kind is int and isinstance(value, float) and value.is_integer():
         return int(value)
-    raise TypeError(f"{owner}.{name} must be {kind.__name__}, got {type(value).__name__} {value!r}; "
+    raise FieldTypeError(f"{owner}.{name} must be {kind.__name__}, got {type(value).__name__} {value!r}; "
                     f"pass a {kind.__name__} (e.g. {name}={kind(1) if kind is not bool else True!r}), or a string "
                     "the command-line parser would accept.")
 
@@ -75,8 +80,9 @@ def _convert(owner: str, name: str, kind: type, value: Any) -> Any:
 def coerce_field_types(obj: Any) -> None:
     """Turn numeric/boolean strings of ``int``/``float``/``bool`` fields into their type, as the parser does.
 
-    A value that cannot be converted raises ``TypeError`` naming the field and the expected type. One pass over
-    the scalar fields (found once per class); values already of the right type cost an ``isinstance``.
+    A value that cannot be converted raises :class:`FieldTypeError` (a ``TypeError`` and a ``ValueError``) naming
+    the field and the expected type. One pass over the scalar fields (found once per class); values already of the
+    right type cost an ``isinstance``.
     """
     for name, kind, nullable in _scalar_fields(obj.__class__):
         value = getattr(obj, name)

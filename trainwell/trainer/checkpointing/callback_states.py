@@ -40,10 +40,12 @@ def restore_callback_states(callbacks: list[Any], control: Any, saved: dict[str,
     Saved states are matched to the callbacks of the same class name, in order (the k-th saved state of a class
     goes to its k-th callback). Each callback is rebuilt from the saved constructor ``args`` (the new instance's
     fields are copied into the existing object, so references the user holds see the restored state), then the
-    saved ``attributes`` are set. States without a matching callback are reported and ignored.
+    saved ``attributes`` are set, and it moves to the end of ``callbacks`` (in the checkpoint's order), where
+    upstream's ``_load_callback_state`` adds the callbacks it rebuilt. States without a matching callback are
+    reported and ignored.
     """
     exportable = [cb for cb in callbacks if is_exportable(cb)]
-    not_found = []
+    not_found, restored = [], []
     for name, entries in saved.items():
         entries = entries if isinstance(entries, list) else [entries]
         if name == type(control).__name__:
@@ -56,10 +58,13 @@ def restore_callback_states(callbacks: list[Any], control: Any, saved: dict[str,
             logger.warning("The checkpoint holds %d states of %s but the trainer has %d such callbacks; restoring "
                            "the first %d in order", len(entries), name, len(targets), min(len(entries), len(targets)))
         for callback, entry in zip(targets, entries):
-            rebuilt(callback, entry)
-    if not_found:
-        logger.warning("Checkpoint included callbacks not included in current configuration. Ignoring. (%s)",
-                       ", ".join(not_found))
+            restored.append(rebuilt(callback, entry))
+    if restored:
+        moved = {id(cb) for cb in restored}
+        callbacks[:] = [cb for cb in callbacks if id(cb) not in moved] + restored
+    if not_found:  # the names in the message itself (not a logging argument), as upstream's
+        logger.warning("Checkpoint included callbacks not included in current configuration. Ignoring. (%s)"
+                       % ", ".join(not_found))
     return control
 
 
