@@ -153,5 +153,6 @@ def test_no_module_outside_the_trainer_reads_a_trainwell_internal_of_the_trainer
     assert not sorted(name for name in trainer_internal if not hasattr(Trainer, name))
     assert not loops & trainer_internal
     names = set().union(*reads.values())
-    # 51 names read across modules before the run got its parts; a new one is a decision, not a drift
-    assert len(names) <= 38, sorted(names)
+    # 51 names read across modules before the run got its parts; a new one is a decision, not a drift (39th:
+    # torch's group registry `_world`, which the exit teardown reads: torch has no public list of every group)
+    assert len(names) <= 39, sorted(names)

@@ -32,7 +32,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ..utils.option_enums import FSDPOption
-from .distributed import read_launch_env
+from .distributed import close_process_group_at_exit, read_launch_env
 
 logger = logging.getLogger(__name__)
 
@@ -371,10 +371,7 @@ def ensure_accelerator_state(args: Any) -> None:
     """
     if importlib.util.find_spec("accelerate") is None or "accelerate" not in sys.modules:
         return  # a library that reads the state (TRL) has imported accelerate; a plain run never loads it
-    import torch.distributed as dist
     from accelerate.state import AcceleratorState
-
-    from .distributed import close_process_group_at_exit
 
     if AcceleratorState._shared_state.get("_mixed_precision") is not None:  # already set up by an Accelerator
         return
