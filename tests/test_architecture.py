@@ -491,7 +491,6 @@ LAZY_PACKAGES: dict[str, str] = {
     "torch.distributed.checkpoint": "about a second of imports, for FSDP checkpoints only",
     "torch.distributed.optim": "about a second of imports, for sharded_ddp only",
     "torch.distributed.device_mesh": "for FSDP runs only, where torch.distributed is available",
-    "torch.distributed.distributed_c10d": "private, only where torch.distributed is available",
 }
 # (module, imported module, why the import stays in its function)
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
