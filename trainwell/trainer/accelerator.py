@@ -24,7 +24,7 @@ from ..runtime.distributed import all_gather_object, is_dist
 from ..loops.gather import gather_across_ranks
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
-from ..data.samplers import EpochSeededRandomSampler
+from ..data.sharding import seed_random_sampler_by_epoch
 
 
 class TrainerAccelerator(DistributedState):
@@ -197,7 +197,7 @@ class TrainerAccelerator(DistributedState):
         which is what a library's loader (sentence-transformers') draws under upstream from its second epoch on.
         """
         out = tuple(obj.to(self.device) if isinstance(obj, nn.Module)
-                    else _seed_random_sampler_by_epoch(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
+                    else seed_random_sampler_by_epoch(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
                     for obj in objects)
         return out[0] if len(out) == 1 else out
 
@@ -236,13 +236,3 @@ class TrainerAccelerator(DistributedState):
                              "use the Trainer's own methods and arguments (see trainwell.trainer.accelerator for what the "
                              "accelerator offers)")
 
-
-def _seed_random_sampler_by_epoch(loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
-    """``loader`` with its ``RandomSampler`` (its own, or its batch sampler's) made epoch-seeded, in place."""
-    holder: Any = loader.sampler  # a BatchSampler given as the sampler, else the batch sampler (which may have one)
-    if not isinstance(holder, torch.utils.data.BatchSampler):
-        holder = loader.batch_sampler
-    sampler = getattr(holder, "sampler", None)
-    if isinstance(sampler, torch.utils.data.RandomSampler) and not isinstance(sampler, EpochSeededRandomSampler):
-        holder.sampler = EpochSeededRandomSampler(sampler)
-    return loader
