@@ -24,13 +24,17 @@ from ..runtime.distributed import all_gather_object, is_dist
 from ..loops.gather import gather_across_ranks
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
-from ..data.sharding import seed_random_sampler_by_epoch
+from ..data.sharding import seed_random_sampler_by_epoch, shard_dataloader
 
 
 class TrainerAccelerator(DistributedState):
     """What a Trainer's ``accelerator`` attribute offers, backed by the Trainer's arguments and backend; where this
     process stands (``device``, ``num_processes``, ``process_index``, ``is_main_process``, ``distributed_type``...)
     comes from :class:`~trainwell.args.runtime.DistributedState` over the Trainer's current ``args``."""
+
+    #: accelerate's ``Accelerator.even_batches``: whether :meth:`prepare` completes the last round of batches from the
+    #: start of the data so every process runs as many (sentence-transformers sets it False for training loaders)
+    even_batches: bool = True
 
     def __init__(self, trainer: Any) -> None:
         self._trainer = trainer
@@ -187,19 +191,27 @@ class TrainerAccelerator(DistributedState):
         return self._trainer.backend.autocast()
 
     def prepare(self, *objects: Any, device_placement: Any = None) -> Any:
-        """Modules go to this process's device; optimizers and schedulers come back unchanged; a data loader keeps
-        its batches but its random sampler becomes epoch-seeded, as upstream's ``use_seedable_sampler`` does.
+        """Modules go to this process's device; optimizers and schedulers come back unchanged; a data loader is
+        split across the processes and its random sampler made epoch-seeded, as accelerate prepares it for upstream.
 
         trainwell wraps the model (DDP/FSDP/DeepSpeed) and shards its own data loaders when training starts, so
-        there is nothing else to prepare; a data loader built by hand is not sharded across processes. Its
-        ``RandomSampler`` (the sampler, or its batch sampler's) is replaced by
+        there is nothing else to prepare. A data loader built elsewhere (sentence-transformers' training and
+        evaluation loaders, a script's) gets what accelerate's ``prepare_data_loader`` gives it: on several processes
+        its batch sampler behind accelerate's ``BatchSamplerShard`` (whole batches in turn, the last round completed
+        from the start unless :attr:`even_batches` is False; :func:`trainwell.data.sharding.shard_dataloader`), and its
+        ``RandomSampler`` (the sampler, or its batch sampler's) replaced by
         :class:`~trainwell.data.samplers.EpochSeededRandomSampler`: epoch ``e`` draws the order of seed ``seed + e``,
         which is what a library's loader (sentence-transformers') draws under upstream from its second epoch on.
         """
         out = tuple(obj.to(self.device) if isinstance(obj, nn.Module)
-                    else seed_random_sampler_by_epoch(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
+                    else self._prepare_dataloader(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
                     for obj in objects)
         return out[0] if len(out) == 1 else out
+
+    def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        loader = seed_random_sampler_by_epoch(loader)
+        return shard_dataloader(loader, num_processes=self.num_processes, process_index=self.process_index,
+                                even_batches=self.even_batches)
 
     def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> nn.Module:

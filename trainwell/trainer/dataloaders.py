@@ -16,6 +16,7 @@ import torch
 
 from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
 from ..data.loader import build_dataloader, has_length
+from ..data.sharding import is_sharded, seed_random_sampler_by_epoch, shard_dataloader
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..utils.preflight import check_dataset
@@ -83,7 +84,7 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
     # int64), and only the training loader reseeds its workers per rank; the same seed gives the same numbers.
     workers = args.dataloader_num_workers
     worker_init = partial(seed_worker, num_workers=workers, rank=args.process_index) if is_training else None
-    return build_dataloader(
+    loader = build_dataloader(
         dataset, batch_size=batch_size, collate_fn=collator, sampler=sampler,
         drop_last=args.dataloader_drop_last, num_workers=workers,
         pin_memory=args.dataloader_pin_memory and args.device.type == "cuda",
@@ -91,6 +92,12 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
         prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size,
         multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
         in_order=getattr(args, "dataloader_in_order", True))
+    if sampler is not None and args.world_size > 1 and not is_sharded(sampler):
+        # A sampler of an override (TRL's RepeatSampler, a script's): split as upstream's accelerator.prepare splits
+        # every loader of _get_dataloader (trainwell's own samplers shard themselves)
+        loader = shard_dataloader(seed_random_sampler_by_epoch(loader), num_processes=args.world_size,
+                                  process_index=args.process_index)
+    return loader
 
 
 def _sample(trainer: DataTrainer, sampler_fn: Callable[[Any], Any], dataset: Any) -> Any:
