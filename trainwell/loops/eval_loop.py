@@ -14,7 +14,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
@@ -25,7 +25,7 @@ from ..utils.overrides import call_override
 from ..utils.reporting import speed_metrics
 from ..utils.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .accumulate import OutputAccumulator, find_batch_size
-from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows
+from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows, predicting_batch
 from .nested import nested_detach, nested_map, upcast_half
 
 if TYPE_CHECKING:
@@ -306,7 +306,8 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         import torch.distributed as dist
 
         batches = _round_robin(dataloader, dist.get_rank(), dist.get_world_size())
-    remainder = _RemainderCut(dataloader) if real_batches is None and _is_dist() else None
+    distributed = _is_dist()
+    remainder = _RemainderCut(dataloader) if real_batches is None and distributed else None
     batch_metrics, observed, steps = None, 0, 0
     for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
         steps += 1
@@ -317,7 +318,9 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
             placeholder = 0
         real = batch_size if placeholder is None else placeholder  # the rows kept: all of the batch, or none
         observed += real or 0
-        parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
+        # a library gathering its own metrics meanwhile (TRL's) leaves a placeholder batch out too
+        with predicting_batch(placeholder == 0) if distributed else nullcontext():
+            parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
         if remainder is not None:
             parts = remainder.cut(parts, is_last)
         for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):

@@ -21,7 +21,7 @@ from torch import nn
 from ..args.runtime import DEEPSPEED, FSDP, MULTI_CPU, MULTI_GPU, NO  # noqa: F401  (accelerate's names, from here too)
 from ..args.runtime import DistributedState
 from ..runtime.distributed import all_gather_object, is_dist
-from ..loops.gather import gather_across_ranks
+from ..loops.gather import gather_across_ranks, is_placeholder_batch
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
 from ..data.sharding import seed_random_sampler_by_epoch, shard_dataloader
@@ -117,7 +117,8 @@ class TrainerAccelerator(DistributedState):
         """``gather`` for evaluation results; non-tensor data (or ``use_gather_object``) is gathered as objects.
 
         trainwell's evaluation sampler gives each sample to exactly one process (no padding duplicates), so there
-        is nothing to drop from the end, unlike accelerate.
+        is nothing to drop from the end, unlike accelerate; while a process predicts a placeholder batch (it had no
+        sample left), it gives nothing here or to :meth:`gather`.
         """
         if not is_dist():
             return input_data
@@ -129,7 +130,8 @@ class TrainerAccelerator(DistributedState):
 
         nested_map(note, input_data)
         if use_gather_object or not any(found):
-            parts = all_gather_object(input_data)
+            parts = [part for placeholder, part in all_gather_object((is_placeholder_batch(), input_data))
+                     if not placeholder]
             return [item for part in parts for item in part] if all(isinstance(p, list) for p in parts) else parts
         return self.gather(input_data)
 
