@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 __all__ = ["PreparedDataLoader", "build_dataloader", "has_length"]
 
@@ -42,8 +42,13 @@ class PreparedDataLoader(DataLoader):
 
     @property
     def total_batch_size(self) -> int | None:
-        """Examples per step across all processes: ``batch_size * num_processes`` (None without batching)."""
-        return None if self.batch_size is None else self.batch_size * self.num_processes
+        """Examples per step across all processes: ``batch_size * num_processes`` (the batch sampler's batch size
+        when the loader has one; None without batching)."""
+        size = self.batch_size
+        if size is None:
+            holder = self.sampler if isinstance(self.sampler, BatchSampler) else self.batch_sampler
+            size = getattr(holder, "batch_size", None)
+        return None if size is None else size * self.num_processes
 
     @property
     def total_dataset_length(self) -> int:

@@ -14,17 +14,18 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
 
+from ..data.sharding import even_batches_remainder
 from ..utils.overrides import call_override
 from ..utils.reporting import speed_metrics
 from ..utils.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .accumulate import OutputAccumulator, find_batch_size
-from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows
+from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows, predicting_batch
 from .nested import nested_detach, nested_map, upcast_half
 
 if TYPE_CHECKING:
@@ -319,16 +320,21 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         import torch.distributed as dist
 
         batches = _round_robin(dataloader, dist.get_rank(), dist.get_world_size())
-    remainder = _RemainderCut(dataloader) if real_batches is None and _is_dist() else None
+    distributed = _is_dist()
+    remainder = _RemainderCut(dataloader) if real_batches is None and distributed else None
     batch_metrics, observed, steps = None, 0, 0
     for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
         steps += 1
-        batch_size = find_batch_size(batch)
+        # rows no tensor tells (TRL's GRPO batches: lists of prompt dicts): the loss counts eval_batch_size times,
+        # as upstream's evaluation_loop repeats it
+        batch_size = find_batch_size(batch) or args.eval_batch_size
         if real_batches is not None and step >= real_batches:
             placeholder = 0
         real = batch_size if placeholder is None else placeholder  # the rows kept: all of the batch, or none
         observed += real or 0
-        parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
+        # a library gathering its own metrics meanwhile (TRL's) leaves a placeholder batch out too
+        with predicting_batch(placeholder == 0) if distributed else nullcontext():
+            parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
         if remainder is not None:
             parts = remainder.cut(parts, is_last)
         for i, (part_loss, part_logits, part_label, part_inputs) in enumerate(parts):
@@ -356,6 +362,9 @@ class _RemainderCut:
     As accelerate's ``gather_for_metrics`` does, the rows gathered past ``len(dataset)`` in the last batch are
     dropped. Such a sampler repeats fewer than ``world_size`` samples; a larger excess means the collator puts
     several rows per sample (a preference pair), and then nothing is cut (the rows cannot be told apart).
+    A loader split by accelerate's ``BatchSamplerShard`` with even batches (a library's, or an override's sampler:
+    :func:`~trainwell.data.sharding.shard_dataloader`) follows ``gather_for_metrics`` exactly: the last step keeps
+    its first ``len(dataset) % (batch_size * world_size)`` gathered rows, so its numbers are upstream's.
     """
 
     def __init__(self, dataloader: Any) -> None:
@@ -366,18 +375,25 @@ class _RemainderCut:
         self.limit: int | None = len(cast("Sized", dataset)) if sized else None
         self.world_size = dist.get_world_size()
         self.rows = 0
+        # a loader split as accelerate splits it (a library's, an override's sampler): accelerate's own rule
+        self.remainder = even_batches_remainder(dataloader)
 
     def cut(self, parts: list[tuple[Any, Any, Any, Any]], is_last: bool) -> list[tuple[Any, Any, Any, Any]]:
         """The batch's parts (one per rank, in rank order), the last batch's repeated rows dropped."""
         sizes = [_part_rows(part) for part in parts]
-        if self.limit is None or None in sizes:
+        if None in sizes or (self.limit is None and self.remainder is None):
             return parts
-        self.rows += sum(cast("list[int]", sizes))
-        excess = self.rows - self.limit
-        if not is_last or not 0 < excess < self.world_size:
-            return parts
+        if self.remainder is not None:  # gather_for_metrics: the last step keeps its first `remainder` rows
+            budget = self.remainder
+            if not is_last or budget == 0:
+                return parts
+        else:
+            self.rows += sum(cast("list[int]", sizes))
+            excess = self.rows - cast(int, self.limit)
+            if not is_last or not 0 < excess < self.world_size:
+                return parts
+            budget = sum(cast("list[int]", sizes)) - excess
         kept: list[tuple[Any, Any, Any, Any]] = []
-        budget = sum(cast("list[int]", sizes)) - excess
         for part, size in zip(parts, cast("list[int]", sizes)):
             rows = min(size, budget)
             budget -= rows

@@ -9,6 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -116,18 +118,52 @@ def _concat_padded(parts: list[torch.Tensor], pad_index: int) -> torch.Tensor:
     return torch.cat(padded, dim=0)
 
 
+#: while the evaluation loop predicts a batch on several ranks: whether this rank's batch is a placeholder (see
+#: :class:`~trainwell.data.samplers.EvalShardSampler`); None outside (every rank agrees, so the calls pair up)
+_PLACEHOLDER: ContextVar[bool | None] = ContextVar("trainwell_placeholder_batch", default=None)
+
+
+@contextmanager
+def predicting_batch(placeholder: bool) -> Iterator[None]:
+    """Mark the batch this rank predicts in the body as a placeholder (or a real one): what a library gathers
+    meanwhile (TRL's metrics through ``trainer.accelerator.gather``) leaves out the placeholder ranks' rows, so a
+    sample counts once, as in one process. Every rank must enter it for the same batch."""
+    token = _PLACEHOLDER.set(placeholder)
+    try:
+        yield
+    finally:
+        _PLACEHOLDER.reset(token)
+
+
+def is_placeholder_batch() -> bool:
+    """True while this rank predicts an evaluation's placeholder batch (:func:`predicting_batch`)."""
+    return bool(_PLACEHOLDER.get())
+
+
+def gather_real_parts(nested: Any, gather_objects: bool = False) -> list[Any]:
+    """:func:`gather_parts` less the parts of ranks predicting a placeholder batch (:func:`predicting_batch`);
+    every part outside one, or when every rank's batch is a placeholder."""
+    placeholder = _PLACEHOLDER.get()
+    if placeholder is None:
+        return gather_parts(nested, gather_objects)
+    flag = torch.tensor([int(placeholder)], device=_device_of(nested))
+    parts = gather_parts((flag, nested), gather_objects)
+    return [part for flag, part in parts if not int(flag[0])] or [part for _, part in parts]
+
+
 def gather_across_ranks(nested: Any, pad_index: int = PAD_INDEX) -> Any:
     """Gather a nested structure of tensors from every rank (identity outside a process group).
 
     Each tensor is padded to the largest shape across ranks (dim 1, the sequence dim, and any other trailing
-    dim, with ``pad_index``); the results are concatenated along dim 0 in rank order.
+    dim, with ``pad_index``); the results are concatenated along dim 0 in rank order. The ranks predicting an
+    evaluation's placeholder batch give nothing (:func:`predicting_batch`).
     Every rank must call this with the same structure.
     """
     import torch.distributed as dist
 
     if nested is None or not (dist.is_available() and dist.is_initialized()):
         return nested
-    parts = gather_parts(nested)
+    parts = gather_real_parts(nested)
     leaves, spec = _flatten(nested)
     rank_leaves = [_flatten(part)[0] for part in parts]
     merged = [_concat_padded([rank[i] for rank in rank_leaves], pad_index) if isinstance(leaf, torch.Tensor)

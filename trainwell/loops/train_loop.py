@@ -57,8 +57,11 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = getattr(dataloader, "batch_sampler", None)
     inner = getattr(batch_sampler, "sampler", None)
+    # a batch sampler split across processes (accelerate's BatchSamplerShard) wraps the one that shuffles
+    wrapped = getattr(batch_sampler, "batch_sampler", None)
     # as accelerate does: a batch sampler with its own epoch-seeded shuffle (sentence-transformers') is told too
-    for obj in (sampler, batch_sampler, inner, getattr(dataloader, "dataset", None)):
+    for obj in (sampler, batch_sampler, inner, wrapped, getattr(wrapped, "sampler", None),
+                getattr(dataloader, "dataset", None)):
         if obj is not None and hasattr(obj, "set_epoch"):
             obj.set_epoch(epoch)
     # An iterable dataset may shuffle with its own generator: seeded as a function of the epoch, so every epoch

@@ -21,16 +21,20 @@ from torch import nn
 from ..args.runtime import DEEPSPEED, FSDP, MULTI_CPU, MULTI_GPU, NO  # noqa: F401  (accelerate's names, from here too)
 from ..args.runtime import DistributedState
 from ..runtime.distributed import all_gather_object, is_dist
-from ..loops.gather import gather_across_ranks
+from ..loops.gather import gather_across_ranks, is_placeholder_batch
 from ..loops.nested import nested_map
 from ..utils.model_utils import unwrap_model
-from ..data.samplers import EpochSeededRandomSampler
+from ..data.sharding import seed_random_sampler_by_epoch, shard_dataloader
 
 
 class TrainerAccelerator(DistributedState):
     """What a Trainer's ``accelerator`` attribute offers, backed by the Trainer's arguments and backend; where this
     process stands (``device``, ``num_processes``, ``process_index``, ``is_main_process``, ``distributed_type``...)
     comes from :class:`~trainwell.args.runtime.DistributedState` over the Trainer's current ``args``."""
+
+    #: accelerate's ``Accelerator.even_batches``: whether :meth:`prepare` completes the last round of batches from the
+    #: start of the data so every process runs as many (sentence-transformers sets it False for training loaders)
+    even_batches: bool = True
 
     def __init__(self, trainer: Any) -> None:
         self._trainer = trainer
@@ -113,7 +117,8 @@ class TrainerAccelerator(DistributedState):
         """``gather`` for evaluation results; non-tensor data (or ``use_gather_object``) is gathered as objects.
 
         trainwell's evaluation sampler gives each sample to exactly one process (no padding duplicates), so there
-        is nothing to drop from the end, unlike accelerate.
+        is nothing to drop from the end, unlike accelerate; while a process predicts a placeholder batch (it had no
+        sample left), it gives nothing here or to :meth:`gather`.
         """
         if not is_dist():
             return input_data
@@ -125,7 +130,8 @@ class TrainerAccelerator(DistributedState):
 
         nested_map(note, input_data)
         if use_gather_object or not any(found):
-            parts = all_gather_object(input_data)
+            parts = [part for placeholder, part in all_gather_object((is_placeholder_batch(), input_data))
+                     if not placeholder]
             return [item for part in parts for item in part] if all(isinstance(p, list) for p in parts) else parts
         return self.gather(input_data)
 
@@ -187,19 +193,27 @@ class TrainerAccelerator(DistributedState):
         return self._trainer.backend.autocast()
 
     def prepare(self, *objects: Any, device_placement: Any = None) -> Any:
-        """Modules go to this process's device; optimizers and schedulers come back unchanged; a data loader keeps
-        its batches but its random sampler becomes epoch-seeded, as upstream's ``use_seedable_sampler`` does.
+        """Modules go to this process's device; optimizers and schedulers come back unchanged; a data loader is
+        split across the processes and its random sampler made epoch-seeded, as accelerate prepares it for upstream.
 
         trainwell wraps the model (DDP/FSDP/DeepSpeed) and shards its own data loaders when training starts, so
-        there is nothing else to prepare; a data loader built by hand is not sharded across processes. Its
-        ``RandomSampler`` (the sampler, or its batch sampler's) is replaced by
+        there is nothing else to prepare. A data loader built elsewhere (sentence-transformers' training and
+        evaluation loaders, a script's) gets what accelerate's ``prepare_data_loader`` gives it: on several processes
+        its batch sampler behind accelerate's ``BatchSamplerShard`` (whole batches in turn, the last round completed
+        from the start unless :attr:`even_batches` is False; :func:`trainwell.data.sharding.shard_dataloader`), and its
+        ``RandomSampler`` (the sampler, or its batch sampler's) replaced by
         :class:`~trainwell.data.samplers.EpochSeededRandomSampler`: epoch ``e`` draws the order of seed ``seed + e``,
         which is what a library's loader (sentence-transformers') draws under upstream from its second epoch on.
         """
         out = tuple(obj.to(self.device) if isinstance(obj, nn.Module)
-                    else _seed_random_sampler_by_epoch(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
+                    else self._prepare_dataloader(obj) if isinstance(obj, torch.utils.data.DataLoader) else obj
                     for obj in objects)
         return out[0] if len(out) == 1 else out
+
+    def _prepare_dataloader(self, loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
+        loader = seed_random_sampler_by_epoch(loader)
+        return shard_dataloader(loader, num_processes=self.num_processes, process_index=self.process_index,
+                                even_batches=self.even_batches)
 
     def prepare_model(self, model: nn.Module, device_placement: bool | None = None,
                       evaluation_mode: bool = False) -> nn.Module:
@@ -236,13 +250,3 @@ class TrainerAccelerator(DistributedState):
                              "use the Trainer's own methods and arguments (see trainwell.trainer.accelerator for what the "
                              "accelerator offers)")
 
-
-def _seed_random_sampler_by_epoch(loader: torch.utils.data.DataLoader) -> torch.utils.data.DataLoader:
-    """``loader`` with its ``RandomSampler`` (its own, or its batch sampler's) made epoch-seeded, in place."""
-    holder: Any = loader.sampler  # a BatchSampler given as the sampler, else the batch sampler (which may have one)
-    if not isinstance(holder, torch.utils.data.BatchSampler):
-        holder = loader.batch_sampler
-    sampler = getattr(holder, "sampler", None)
-    if isinstance(sampler, torch.utils.data.RandomSampler) and not isinstance(sampler, EpochSeededRandomSampler):
-        holder.sampler = EpochSeededRandomSampler(sampler)
-    return loader

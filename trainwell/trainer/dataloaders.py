@@ -16,6 +16,7 @@ import torch
 
 from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
 from ..data.loader import build_dataloader, has_length
+from ..data.sharding import is_sharded, seed_random_sampler_by_epoch, shard_dataloader
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..utils.preflight import check_dataset
@@ -93,6 +94,11 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
         prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size,
         multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
         in_order=getattr(args, "dataloader_in_order", True))
+    if sampler is not None and args.world_size > 1 and not is_sharded(sampler):
+        # A sampler of an override (TRL's RepeatSampler, a script's): split as upstream's accelerator.prepare splits
+        # every loader of _get_dataloader (trainwell's own samplers shard themselves)
+        loader = shard_dataloader(seed_random_sampler_by_epoch(loader), num_processes=args.world_size,
+                                  process_index=args.process_index)
     if dataloader_key is not None and args.dataloader_persistent_workers:
         loader._tw_source_dataset = source  # the dataset asked for (column removal may have made another)
         trainer._eval_dataloaders[dataloader_key] = loader

@@ -125,6 +125,16 @@ class ParallelMode(Enum):
     SAGEMAKER_DATA_PARALLEL = "sagemaker_data_parallel"
     TPU = "tpu"
 
+    def __eq__(self, other: object) -> bool:
+        # equal to transformers' ParallelMode member of the same value too (a plain Enum there, compared by
+        # identity): sentence-transformers' arguments test `self.parallel_mode == ParallelMode.DISTRIBUTED` to set
+        # dataloader_drop_last=True on several processes
+        if isinstance(other, Enum) and type(other).__name__ == "ParallelMode":
+            return self.value == other.value
+        return NotImplemented
+
+    __hash__ = Enum.__hash__
+
 
 class FSDPOption(ExplicitEnum):
     """Words accepted by ``--fsdp``."""
