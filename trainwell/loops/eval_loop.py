@@ -13,20 +13,20 @@ import math
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
 
-from ..data.sharding import even_batches_remainder
 from ..utils.overrides import call_override
 from ..utils.reporting import speed_metrics
 from ..utils.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
 from .accumulate import OutputAccumulator, find_batch_size
 from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows, predicting_batch
 from .nested import nested_detach, nested_map, upcast_half
+from .remainder_cut import RemainderCut
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -321,7 +321,7 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
 
         batches = _round_robin(dataloader, dist.get_rank(), dist.get_world_size())
     distributed = _is_dist()
-    remainder = _RemainderCut(dataloader) if real_batches is None and distributed else None
+    remainder = RemainderCut(dataloader) if real_batches is None and distributed else None
     batch_metrics, observed, steps = None, 0, 0
     for step, ((batch, placeholder), is_last) in enumerate(_mark_last(batches)):
         steps += 1
@@ -353,61 +353,6 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         raise ValueError(f"The {description.lower()} dataset yielded no batches; pass a non-empty dataset "
                          "(an IterableDataset must yield at least one example).")
     return accumulators, batch_metrics, observed
-
-
-class _RemainderCut:
-    """Drops the samples a distributed sampler repeated to even out the ranks, for a loader whose sampler does not
-    say which of its batches are real (torch's ``DistributedSampler``, a user's batch sampler).
-
-    As accelerate's ``gather_for_metrics`` does, the rows gathered past ``len(dataset)`` in the last batch are
-    dropped. Such a sampler repeats fewer than ``world_size`` samples; a larger excess means the collator puts
-    several rows per sample (a preference pair), and then nothing is cut (the rows cannot be told apart).
-    A loader split by accelerate's ``BatchSamplerShard`` with even batches (a library's, or an override's sampler:
-    :func:`~trainwell.data.sharding.shard_dataloader`) follows ``gather_for_metrics`` exactly: the last step keeps
-    its first ``len(dataset) % (batch_size * world_size)`` gathered rows, so its numbers are upstream's.
-    """
-
-    def __init__(self, dataloader: Any) -> None:
-        import torch.distributed as dist
-
-        dataset = getattr(dataloader, "dataset", None)
-        sized = hasattr(dataset, "__len__") and not isinstance(dataset, torch.utils.data.IterableDataset)
-        self.limit: int | None = len(cast("Sized", dataset)) if sized else None
-        self.world_size = dist.get_world_size()
-        self.rows = 0
-        # a loader split as accelerate splits it (a library's, an override's sampler): accelerate's own rule
-        self.remainder = even_batches_remainder(dataloader)
-
-    def cut(self, parts: list[tuple[Any, Any, Any, Any]], is_last: bool) -> list[tuple[Any, Any, Any, Any]]:
-        """The batch's parts (one per rank, in rank order), the last batch's repeated rows dropped."""
-        sizes = [_part_rows(part) for part in parts]
-        if None in sizes or (self.limit is None and self.remainder is None):
-            return parts
-        if self.remainder is not None:  # gather_for_metrics: the last step keeps its first `remainder` rows
-            budget = self.remainder
-            if not is_last or budget == 0:
-                return parts
-        else:
-            self.rows += sum(cast("list[int]", sizes))
-            excess = self.rows - cast(int, self.limit)
-            if not is_last or not 0 < excess < self.world_size:
-                return parts
-            budget = sum(cast("list[int]", sizes)) - excess
-        kept: list[tuple[Any, Any, Any, Any]] = []
-        for part, size in zip(parts, cast("list[int]", sizes)):
-            rows = min(size, budget)
-            budget -= rows
-            if rows > 0:
-                loss = part[0][:rows] if part[0] is not None else None
-                kept.append((loss, *keep_rows(part[1:], size, rows)))
-        return kept
-
-
-def _part_rows(part: tuple[Any, Any, Any, Any]) -> int | None:
-    """The rows of one rank's part: its per-sample losses, else its predictions' or labels' leading dimension."""
-    if part[0] is not None and getattr(part[0], "ndim", 0) == 1:
-        return int(part[0].shape[0])
-    return find_batch_size(part[1]) if part[1] is not None else find_batch_size(part[2])
 
 
 def _batch_parts(trainer: EvalLoopTrainer, model: Any, batch: Any, batch_size: int | None, real: int | None,
