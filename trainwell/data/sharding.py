@@ -99,7 +99,7 @@ def even_batches_remainder(loader: Any) -> int | None:
     """For a loader :func:`shard_dataloader` split with even batches: how many of the rows gathered from the
     processes at the last step are real, as accelerate's ``gather_for_metrics`` counts them (``len(dataset) %``
     the batch size of all processes; 0 when every row is: nothing was repeated). None for any other loader."""
-    holder = loader.sampler if isinstance(getattr(loader, "sampler", None), torch.utils.data.BatchSampler) \
+    holder: Any = loader.sampler if isinstance(getattr(loader, "sampler", None), torch.utils.data.BatchSampler) \
         else getattr(loader, "batch_sampler", None)
     if type(holder).__name__ != "BatchSamplerShard" or not holder.even_batches or holder.drop_last \
             or holder.batch_size is None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Sized
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 
@@ -194,7 +195,7 @@ def plan_training(args: TrainingArguments, dataloader: Any, world_size: int,
             max_steps = math.ceil(args.num_train_epochs * updates)
             epochs = math.ceil(args.num_train_epochs)
         dataset = getattr(dataloader, "dataset", None)  # a loader of the user's own may have none (upstream's too)
-        examples = len(dataset) if has_length(dataset) else micro * batch_size
+        examples = len(cast("Sized", dataset)) if has_length(dataset) else micro * batch_size
         return TrainPlan(micro, updates, max_steps, epochs, examples, total_batch)
     if args.max_steps <= 0:
         raise ValueError(
