@@ -344,6 +344,12 @@ def finish(run: TrainingRun) -> TrainOutput:
     return TrainOutput(run.state.global_step, train_loss, metrics)
 
 
+def _prepares_inputs_itself(trainer: Any) -> bool:
+    """Whether ``_prepare_inputs`` is a subclass's (a library's or a script's), not trainwell's own."""
+    method = getattr(type(trainer), "_prepare_inputs", None)
+    return not str(getattr(method, "__module__", "trainwell.")).startswith("trainwell.")
+
+
 def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
     """How this run's accumulation windows are normalised (see ``loops.loss_scaling``); decided once per
     ``train()`` from the first micro-batch, probing the model only when a window can hold several batches."""
@@ -368,6 +374,8 @@ def window_scaler(run: TrainingRun, first_batch: Any) -> WindowScaler:
         rule = LossRule(False, default_count(trainer.model), "one micro-batch per step")
         return WindowScaler(rule, device=args.device, world_size=args.world_size, across_ranks=False,
                             count_single=accepts_loss_kwargs(trainer.model))
+    elif _prepares_inputs_itself(trainer):  # TRL's GRPO/RLOO generate there: a probe would generate once more
+        rule = LossRule(False, "rows", "_prepare_inputs overridden (not probed: it may have side effects)")
     else:
         rule = probe_loss_rule(trainer.model, trainer._prepare_inputs(first_batch))
         if args.world_size > 1:  # every rank counts alike (each probed its own first batch): rank 0's rule
