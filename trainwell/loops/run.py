@@ -344,7 +344,7 @@ def finish(run: TrainingRun) -> TrainOutput:
     return TrainOutput(run.state.global_step, train_loss, metrics)
 
 
-def _prepares_inputs_itself(trainer: Any) -> bool:
+def _prepares_inputs_itself(trainer: RunTrainer) -> bool:
     """Whether ``_prepare_inputs`` is a subclass's (a library's or a script's), not trainwell's own."""
     method = getattr(type(trainer), "_prepare_inputs", None)
     return not str(getattr(method, "__module__", "trainwell.")).startswith("trainwell.")
