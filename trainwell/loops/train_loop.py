@@ -29,6 +29,7 @@ from ..checkpoint.rng import capture_rng_state, restore_rng_state
 from ..utils.overrides import accepts
 
 if TYPE_CHECKING:
+    from .contract import TrainLoopTrainer
     from .run import TrainingRun
 
 __all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
@@ -87,10 +88,10 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -
         return iterator
 
 
-def _log_save_evaluate_of(trainer: Any) -> Callable[..., None]:
+def _log_save_evaluate_of(trainer: TrainLoopTrainer) -> Callable[..., None]:
     """The Trainer's ``_maybe_log_save_evaluate``, called as upstream's loop calls it (``learning_rate=``, the rate
-    the step used); an override written before upstream handed the rate on (no ``learning_rate`` parameter) is
-    called without it."""
+    the step used, which an override such as TRL's OnlineDPOTrainer's logs); an override written before upstream
+    handed the rate on (no ``learning_rate`` parameter) is called without it."""
     method = trainer._maybe_log_save_evaluate
     if accepts(trainer, "_maybe_log_save_evaluate").takes("learning_rate"):
         return method
@@ -116,7 +117,7 @@ def run_training(run: TrainingRun) -> TrainingRun:
     trainer.control = cb.on_train_begin(args, state, trainer.control)
     if args.eval_on_start and run.resumed_from is None:
         trainer._evaluate(trial, ignore_keys_for_eval)
-    grad_norm = learning_rate = None  # (None until a step ran: the epoch-end call then reads the schedule)
+    grad_norm = None
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):
         position.epoch, position.batches_in_epoch = epoch, skip
@@ -137,17 +138,13 @@ def run_training(run: TrainingRun) -> TrainingRun:
             for group in itertools.chain((first,), groups):
                 trainer.control = cb.on_step_begin(args, state, trainer.control)
                 grad_norm = runner.step(group)
-                # the rate this step used, handed on as upstream's loop does (an override of
-                # _maybe_log_save_evaluate, TRL's OnlineDPOTrainer's, logs it); None: the schedule did not move it
-                learning_rate = loop.step_learning_rate
-                learning_rate = trainer._get_learning_rate() if learning_rate is None else float(learning_rate)
                 position.batches_in_epoch += len(group)
                 state.global_step += 1
                 state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
                                        if plan.micro_batches_per_epoch else 0.0)
                 trainer.control = cb.on_step_end(args, state, trainer.control)
                 log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time,
-                                  learning_rate=learning_rate)
+                                  learning_rate=loop.step_learning_rate)  # the rate the step used, as upstream
                 if stop_if_preempted(model, trial, tr_loss):
                     break
                 if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
@@ -160,7 +157,7 @@ def run_training(run: TrainingRun) -> TrainingRun:
         position.epoch, position.batches_in_epoch = epoch + 1, 0
         trainer.control = cb.on_epoch_end(args, state, trainer.control)
         log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time,
-                          learning_rate=learning_rate)
+                          learning_rate=loop.step_learning_rate)
         if trainer.control.should_training_stop or state.global_step >= plan.max_steps:
             break
     return run
