@@ -221,7 +221,8 @@ def _act(handler, args, state, control, where):
 def test_flow_step_strategies():
     args = make_args(logging_first_step=True, eval_strategy="steps", save_strategy="steps")
     actions, control = simulate(args, epochs=1, steps_per_epoch=8, logging_steps=2, eval_steps=3, save_steps=4)
-    assert actions == [("s1", "L"), ("s2", "L"), ("s3", "E"), ("s4", "LS"), ("s6", "LE"), ("s8", "LS")]
+    # the last step (8, not a multiple of eval_steps) is evaluated too, as transformers 5.24
+    assert actions == [("s1", "L"), ("s2", "L"), ("s3", "E"), ("s4", "LS"), ("s6", "LE"), ("s8", "LES")]
     assert control.should_training_stop
 
 
@@ -232,11 +233,18 @@ def test_flow_eval_delay_in_steps_and_enum_members():
     assert actions == [("s6", "E"), ("s9", "E")]  # 3 < eval_delay; save_strategy=no saves nothing, not even at the end
 
 
+def test_flow_evaluates_the_last_step_unless_eval_delay_is_beyond_it():
+    args = make_args(logging_strategy="no", eval_strategy="steps", save_strategy="no", eval_delay=7)
+    assert simulate(args, epochs=1, steps_per_epoch=7, eval_steps=3)[0] == [("s7", "E")]
+    args.eval_delay = 8
+    assert simulate(args, epochs=1, steps_per_epoch=7, eval_steps=3)[0] == []
+
+
 def test_flow_epoch_strategies_with_eval_delay():
     args = make_args(logging_strategy="epoch", eval_strategy="epoch", save_strategy="epoch", eval_delay=1.5)
     actions, control = simulate(args, epochs=3, steps_per_epoch=2)
-    # the end of training saves on the last step (as upstream), then the epoch end logs/evaluates/saves
-    assert actions == [("e1", "LS"), ("e2", "LES"), ("s6", "S"), ("e3", "LES")]
+    # the last step saves nothing of its own (as transformers 5.24): the epoch's end logs, evaluates and saves once
+    assert actions == [("e1", "LS"), ("e2", "LES"), ("e3", "LES")]
     assert control.should_training_stop
 
 

@@ -143,6 +143,45 @@ def test_eval_shard_sampler_gathers_back_to_dataset_order(n: int, batch: int, re
     assert all(len(s) == len(list(s)) for s in samplers)
 
 
+@pytest.mark.parametrize("n, batch, replicas, drop_last", [(13, 2, 2, False), (29, 4, 3, False), (29, 4, 3, True),
+                                                            (5, 8, 3, False)])
+def test_eval_shard_sampler_gathers_back_to_a_given_order(n: int, batch: int, replicas: int, drop_last: bool) -> None:
+    """``order`` (group_by_length's length-grouped evaluation order): each rank takes its shares of it, and the
+    gathered real batches are the single-process batches of that order."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(n)).tolist()
+    samplers = [EvalShardSampler(n, batch_size=batch, num_replicas=replicas, rank=r, drop_last=drop_last,
+                                 order=order) for r in range(replicas)]
+    loaders = [list(torch.utils.data.DataLoader(list(range(n)), batch_size=batch, sampler=s, drop_last=drop_last))
+               for s in samplers]
+    gathered = [i for step in range(len(loaders[0])) for sampler, batches in zip(samplers, loaders)
+                if step < sampler.num_real_batches for i in batches[step].tolist()]
+    assert gathered == order[:n // batch * batch if drop_last else n]
+    with pytest.raises(ValueError, match="order has 2 indices"):
+        EvalShardSampler(n, batch_size=batch, num_replicas=replicas, rank=0, order=[0, 1])
+
+
+def test_group_by_length_evaluation_order_is_the_same_on_several_ranks() -> None:
+    """Distributed, ``group_by_length`` evaluates in the single process's length-grouped order (gathered back)."""
+    from types import SimpleNamespace
+
+    from trainwell.trainer.dataloaders import eval_sampler
+
+    data = [{"input_ids": [1] * (1 + (7 * i) % 11)} for i in range(21)]
+
+    def args(world_size: int, rank: int = 0) -> SimpleNamespace:
+        return SimpleNamespace(train_sampling_strategy="group_by_length", length_column_name="length", seed=3,
+                               data_seed=None, eval_batch_size=2, world_size=world_size, process_index=rank,
+                               dataloader_drop_last=False)
+
+    single = list(eval_sampler(args(1), data))
+    assert sorted(single) == list(range(21)) and single != list(range(21))
+    ranks = [list(eval_sampler(args(2, r), data)) for r in range(2)]
+    samplers = [eval_sampler(args(2, r), data) for r in range(2)]
+    gathered = [i for b in range(samplers[0].num_batches) for r in range(2) if b < samplers[r].num_real_batches
+                for i in ranks[r][2 * b:2 * b + 2]]
+    assert gathered == single
+
+
 def test_eval_shard_sampler_rejects_bad_arguments() -> None:
     with pytest.raises(ValueError, match="rank=2"):
         EvalShardSampler(5, batch_size=2, num_replicas=2, rank=2)

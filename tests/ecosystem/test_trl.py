@@ -1,6 +1,7 @@
 """TRL on trainwell: ``SFTTrainer`` (text data, and with a LoRA ``peft_config``) and ``DPOTrainer`` (with a
 ``ref_model``) log the same values at every step as on ``transformers.Trainer`` (same optimizer, ``adamw_torch``),
-and the folder each saves loads with its library's loader.
+and the folder each saves loads with its library's loader; so do the generating trainers (GRPO, RLOO and the
+experimental OnlineDPO, whose own ``_maybe_log_save_evaluate`` logs the learning rate the loop hands it).
 
 The model is a two-layer Llama with a word-level tokenizer built offline (tests/ecosystem/world.py); each side runs
 in a process of its own (tests/ecosystem/parity.py).
@@ -63,3 +64,15 @@ def test_online_trainers_match_upstream(case, model_dir, tmp_path):
     assert f"trainwell Trainer under trl.{case.upper()}Trainer" in runs["output"]
     assert sum("eval_loss" in entry for entry in runs["trainwell"]) == 2
     assert any("kl" in entry for entry in runs["trainwell"])
+
+
+def test_online_dpo_logs_the_rate_each_step_used_as_upstream(model_dir, tmp_path):
+    """TRL's experimental OnlineDPOTrainer overrides ``_maybe_log_save_evaluate`` and logs the ``learning_rate`` the
+    loop hands it: every logged number (the rate at each step among them) equal to upstream's. Before trainwell
+    handed the rate on, the override read the schedule after its step: 8.33e-4 at step 1 where upstream logs 1e-3."""
+    runs = run_both("trl_job.py", ["online_dpo", model_dir], tmp_path, route="patch")
+    rates = {side: [e["learning_rate"] for e in runs[side] if "learning_rate" in e] for side in ("upstream", "trainwell")}
+    assert rates["trainwell"] == rates["upstream"] and rates["upstream"][0] == 1e-3 and len(rates["upstream"]) == 6
+    assert largest_difference(runs["upstream"], runs["trainwell"]) <= 1e-5
+    assert "trainwell Trainer under trl.OnlineDPOTrainer" in runs["output"]
+    assert any("rewards/margins" in entry for entry in runs["trainwell"])

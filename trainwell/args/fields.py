@@ -226,7 +226,8 @@ class TrainingArguments(ArgumentValidation, RuntimeProperties):
     dataloader_in_order: bool = _f(True, "Yield batches in the order workers were dispatched; False: as soon as "
                                          "they are ready (less tail latency with several workers).")
     train_sampling_strategy: str = _f("random", "Sampler for training: 'random', 'sequential' or 'group_by_length' "
-                                      "('batch_rebalance' is upstream's, not supported).",
+                                      "(which also length-groups evaluation and prediction, as upstream; "
+                                      "'batch_rebalance' is upstream's, not supported).",
                                       choices=["random", "sequential", "group_by_length", "batch_rebalance"])
     past_index: int = _f(-1, "Index of the model output holding past states (fed back as `mems`).")
     run_name: str | None = _f(None, "A descriptor of the run for loggers (default: output_dir).")

@@ -18,8 +18,9 @@ class DefaultFlowCallback(TrainerCallback):
 
     Step intervals are read from ``state.logging_steps``/``eval_steps``/``save_steps`` (integers set by
     ``TrainerState.compute_steps``); ``args.eval_delay`` postpones the first evaluation (in steps for
-    the ``steps`` strategy, in epochs for ``epoch``). At ``max_steps`` training stops and, unless
-    ``save_strategy`` is ``no`` or ``best``, a final checkpoint is saved.
+    the ``steps`` strategy, in epochs for ``epoch``). At ``max_steps`` training stops; with the ``steps``
+    strategies that last step is also evaluated (unless ``eval_delay`` is beyond it) and saved, as in transformers
+    5.24 (whose evaluation at the end changes what ``load_best_model_at_end`` can pick).
     """
 
     def on_step_end(self, args: Any, state: TrainerState, control: TrainerControl, **kwargs: Any) -> TrainerControl:
@@ -43,7 +44,12 @@ class DefaultFlowCallback(TrainerCallback):
             control.should_save = True
         if step >= state.max_steps:
             control.should_training_stop = True
-            if args.save_strategy not in (SaveStrategy.NO, SaveStrategy.BEST):
+            # As transformers 5.24: the last step is evaluated and saved when the step strategies would otherwise
+            # miss it (max_steps not a multiple of the interval). The epoch strategies need nothing here: the loop
+            # ends the epoch after its last step, and on_epoch_end evaluates and saves once.
+            if args.eval_strategy == IntervalStrategy.STEPS and (getattr(args, "eval_delay", 0) or 0) <= step:
+                control.should_evaluate = True
+            if args.save_strategy == SaveStrategy.STEPS:
                 control.should_save = True
         return control
 

@@ -216,10 +216,12 @@ class EvalShardSampler(Sampler[int]):
         batch_size: the per-device evaluation batch size (the DataLoader's ``batch_size``).
         num_replicas, rank: the number of processes and this one's rank.
         drop_last: whether the DataLoader drops incomplete batches (``dataloader_drop_last``).
+        order: the single-process evaluation order, a permutation of the dataset's indices (default: the dataset's
+            order); ``group_by_length`` evaluates in a length-grouped one. Rank ``r`` takes its shares of it.
     """
 
     def __init__(self, num_samples: int, *, batch_size: int, num_replicas: int, rank: int,
-                 drop_last: bool = False) -> None:
+                 drop_last: bool = False, order: Sequence[int] | None = None) -> None:
         _check_replicas(num_replicas, rank)
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1 (per_device_eval_batch_size).")
@@ -230,6 +232,10 @@ class EvalShardSampler(Sampler[int]):
         self.num_replicas = num_replicas
         self.rank = rank
         self.drop_last = drop_last
+        if order is not None and len(order) != num_samples:
+            raise ValueError(f"order has {len(order)} indices for num_samples={num_samples}: pass a permutation of "
+                             f"the dataset's indices.")
+        self.order = order
         # What one process evaluates: everything, or only whole batches with drop_last.
         self._evaluated = (num_samples // batch_size) * batch_size if drop_last else num_samples
 
@@ -265,6 +271,11 @@ class EvalShardSampler(Sampler[int]):
         return sum(self._real_in_batch(b) or self._placeholder_size for b in range(self.num_batches))
 
     def __iter__(self) -> Iterator[int]:
+        positions = self._positions()
+        return iter(positions if self.order is None else [self.order[i] for i in positions])
+
+    def _positions(self) -> Iterator[int]:
+        """This rank's positions in the single-process order."""
         global_batch = self.batch_size * self.num_replicas
         for batch in range(self.num_batches):
             start = batch * global_batch + self.rank * self.batch_size

@@ -112,6 +112,8 @@ class TrainLoopTrainer(_TrainerCore, Protocol):
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,
                                  start_time: float | None = None, learning_rate: float | None = None) -> None: ...
 
+    def _get_learning_rate(self) -> float: ...
+
 
 @runtime_checkable
 class RunTrainer(TrainLoopTrainer, Protocol):
@@ -145,8 +147,6 @@ class RunTrainer(TrainLoopTrainer, Protocol):
     def _finish_current_push(self) -> None: ...
 
     def _prepare_inputs(self, inputs: Any) -> Any: ...
-
-    def _get_learning_rate(self) -> float: ...
 
 
 @runtime_checkable

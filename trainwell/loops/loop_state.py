@@ -95,7 +95,7 @@ class LoopState:
     window_filtered: bool = False  # a nan/inf micro-batch loss was replaced since the last log
     accumulation_steps: int = 1
     tokens_trained: int = 0  # input tokens this process trained on in this call (include_tokens_per_second)
-    step_learning_rate: float | None = None  # the rate the last optimizer step used (None: the schedule's own)
+    step_learning_rate: float | None = None  # the rate the last optimizer step used (None: no step ran yet)
     skipped_steps: int = 0  # optimizer steps the fp16 scaler skipped on overflow in this call
     steps_at_start: int = 0  # the global step this call started (or resumed) at: the speed counts the steps run
     flos: float = 0.0  # FLOPs counted since the last store_flos (the Trainer's current_flos)

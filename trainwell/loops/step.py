@@ -102,11 +102,12 @@ class StepRunner:
         event = callbacks.on_optimizer_step
         if event is not QUIET_EVENT:
             trainer.control = event(args, state, trainer.control)
+        # the rate this step used (logged, and handed to _maybe_log_save_evaluate as upstream's loop does)
         if stepped and self.scheduler is not None:
-            self.loop.step_learning_rate = self.scheduler.get_last_lr()[0]  # the rate this step used: logged
+            self.loop.step_learning_rate = float(self.scheduler.get_last_lr()[0])
             self.scheduler.step()
-        else:  # the rate did not move: the logs read it as it is
-            self.loop.step_learning_rate = None
+        else:  # the rate did not move (a skipped step, a schedule stepped on metrics): read as upstream reads it
+            self.loop.step_learning_rate = trainer._get_learning_rate()
             self.loop.skipped_steps += not stepped
         self.zero_grad()
         return grad_norm

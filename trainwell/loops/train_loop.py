@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -26,8 +26,10 @@ from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 from .loss_scaling import loss_divisors
 from .step import StepRunner
 from ..checkpoint.rng import capture_rng_state, restore_rng_state
+from ..utils.overrides import accepts
 
 if TYPE_CHECKING:
+    from .contract import TrainLoopTrainer
     from .run import TrainingRun
 
 __all__ = ["DataPosition", "LoopState", "TrainPlan", "loss_divisors", "plan_training", "run_training"]
@@ -89,6 +91,20 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -
         return iterator
 
 
+def _log_save_evaluate_of(trainer: TrainLoopTrainer) -> Callable[..., None]:
+    """The Trainer's ``_maybe_log_save_evaluate``, called as upstream's loop calls it (``learning_rate=``, the rate
+    the step used, which an override such as TRL's OnlineDPOTrainer's logs); an override written before upstream
+    handed the rate on (no ``learning_rate`` parameter) is called without it."""
+    method = trainer._maybe_log_save_evaluate
+    if accepts(trainer, "_maybe_log_save_evaluate").takes("learning_rate"):
+        return method
+
+    def without_rate(*args: Any, learning_rate: float | None = None) -> None:
+        method(*args)
+
+    return without_rate
+
+
 def run_training(run: TrainingRun) -> TrainingRun:
     """Train ``run`` to the end of its plan (or a stop); returns it for :func:`~trainwell.loops.run.finish`.
 
@@ -98,7 +114,7 @@ def run_training(run: TrainingRun) -> TrainingRun:
     trainer, args, plan, loop, model = run.trainer, run.args, run.plan, run.loop, run.wrapped
     state, cb, trial, ignore_keys_for_eval = run.state, run.callbacks, run.trial, run.ignore_keys_for_eval
     position, tr_loss = loop.position, loop.tr_loss
-    log_save_evaluate, stop_if_preempted = trainer._maybe_log_save_evaluate, run.checkpoints.stop_if_preempted
+    log_save_evaluate, stop_if_preempted = _log_save_evaluate_of(trainer), run.checkpoints.stop_if_preempted
     runner: StepRunner | None = None  # built on the run's first batch (which decides how windows are normalised)
     run.start_time = start_time = time.time()
     trainer.control = cb.on_train_begin(args, state, trainer.control)
@@ -130,7 +146,8 @@ def run_training(run: TrainingRun) -> TrainingRun:
                 state.epoch = epoch + (position.batches_in_epoch / plan.micro_batches_per_epoch
                                        if plan.micro_batches_per_epoch else 0.0)
                 trainer.control = cb.on_step_end(args, state, trainer.control)
-                log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
+                log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time,
+                                  learning_rate=loop.step_learning_rate)  # the rate the step used, as upstream
                 if stop_if_preempted(model, trial, tr_loss):
                     break
                 if trainer.control.should_epoch_stop or trainer.control.should_training_stop:
@@ -142,7 +159,8 @@ def run_training(run: TrainingRun) -> TrainingRun:
         # From here on a checkpoint belongs to the next epoch (an epoch-strategy save resumes at its start).
         position.epoch, position.batches_in_epoch = epoch + 1, 0
         trainer.control = cb.on_epoch_end(args, state, trainer.control)
-        trainer._maybe_log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time)
+        log_save_evaluate(tr_loss, grad_norm, model, trial, epoch, ignore_keys_for_eval, start_time,
+                          learning_rate=loop.step_learning_rate)
         if trainer.control.should_training_stop or state.global_step >= plan.max_steps:
             break
     return run

@@ -133,25 +133,56 @@ def collator_with_removed_columns(trainer: DataTrainer, collator: Any, descripti
                                  model_name=type(unwrap_model(trainer.model)).__name__, description=description)
 
 
-def train_sampler(args: Any, dataset: Any, batch_size: int) -> Any:
+def _groups_by_length(args: Any) -> bool:
+    """``train_sampling_strategy="group_by_length"`` (or the seeds' ``group_by_length=True``)."""
+    strategy = getattr(args, "train_sampling_strategy", "random")  # arguments of another class may lack it
+    return strategy == "group_by_length" or (strategy == "random" and getattr(args, "group_by_length", False))
+
+
+def model_input_name(processing_class: Any) -> str:
+    """The key whose length ``group_by_length`` measures: the processing class's first model input (a tokenizer's
+    ``input_ids``, a feature extractor's ``input_values``...), as upstream; ``input_ids`` without one."""
+    names = getattr(processing_class, "model_input_names", None)
+    return names[0] if names else "input_ids"
+
+
+def _lengths(args: Any, dataset: Any, input_name: str) -> list[int]:
+    return infer_lengths(dataset, input_name, length_column_name=args.length_column_name)
+
+
+def _data_seed(args: Any) -> int:
+    return args.data_seed if args.data_seed is not None else args.seed
+
+
+def train_sampler(args: Any, dataset: Any, batch_size: int, *, input_name: str = "input_ids") -> Any:
     """Seekable sampler of ``args.train_sampling_strategy``, sharded over ranks: ``"random"`` shuffles per epoch,
     ``"sequential"`` keeps the dataset's order, ``"group_by_length"`` (or the seeds' ``group_by_length=True``)
-    groups similar lengths in mega-batches of one accumulation window, as upstream's ``_get_train_sampler``."""
-    seed = args.data_seed if args.data_seed is not None else args.seed
+    groups similar lengths (the ``length_column_name`` column, else each example's ``input_name``) in mega-batches
+    of one accumulation window, as upstream's ``_get_train_sampler``."""
     # ranks take whole batches in turn, as upstream's under accelerate (the same examples on the same rank)
-    common = dict(seed=seed, num_replicas=args.world_size, rank=args.process_index, shard_batch_size=batch_size)
-    strategy = getattr(args, "train_sampling_strategy", "random")  # arguments of another class may lack it
-    if strategy == "group_by_length" or (strategy == "random" and getattr(args, "group_by_length", False)):
-        lengths = infer_lengths(dataset, length_column_name=args.length_column_name)
+    common = dict(seed=_data_seed(args), num_replicas=args.world_size, rank=args.process_index,
+                  shard_batch_size=batch_size)
+    if _groups_by_length(args):
+        lengths = _lengths(args, dataset, input_name)
         return LengthGroupedSampler(batch_size * args.gradient_accumulation_steps, lengths=lengths, **common)
+    strategy = getattr(args, "train_sampling_strategy", "random")
     return ResumableSampler(len(dataset), shuffle=strategy != "sequential", drop_last=args.dataloader_drop_last,
                             **common)
 
 
-def eval_sampler(args: Any, dataset: Any) -> Any:
-    """Sequential order (each rank a contiguous share of every global batch when distributed)."""
+def eval_sampler(args: Any, dataset: Any, *, input_name: str = "input_ids") -> Any:
+    """The evaluation and prediction order, as upstream's ``_get_eval_sampler``: the dataset's, or with
+    ``group_by_length`` a length-grouped one in mega-batches of ``eval_batch_size`` drawn from a generator seeded
+    with ``data_seed`` (else ``seed``), the same at every evaluation. Distributed, each rank takes a contiguous share
+    of every global batch of that order, so the gathered batches restore it."""
+    order = None
+    if _groups_by_length(args):
+        grouped = LengthGroupedSampler(args.eval_batch_size, lengths=_lengths(args, dataset, input_name),
+                                       generator=torch.Generator().manual_seed(_data_seed(args)))
+        if args.world_size <= 1:
+            return grouped
+        order = list(grouped)
     if args.world_size <= 1:
         return torch.utils.data.SequentialSampler(dataset)
-
     return EvalShardSampler(len(dataset), batch_size=args.eval_batch_size, num_replicas=args.world_size,
-                            rank=args.process_index, drop_last=args.dataloader_drop_last)
+                            rank=args.process_index, drop_last=args.dataloader_drop_last, order=order)

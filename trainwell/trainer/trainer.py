@@ -264,16 +264,18 @@ class Trainer:
 
     def _get_train_sampler(self, train_dataset: Any = None) -> Any:
         """Seekable shuffling sampler (length-grouped with ``group_by_length``), sharded over ranks."""
-        from .dataloaders import train_sampler
+        from .dataloaders import model_input_name, train_sampler
 
         dataset = self.train_dataset if train_dataset is None else train_dataset
-        return train_sampler(self.args, dataset, self._train_batch_size)
+        return train_sampler(self.args, dataset, self._train_batch_size,
+                             input_name=model_input_name(self.processing_class))
 
     def _get_eval_sampler(self, dataset: Any) -> Any:
-        """Sequential order (each rank a contiguous share of every global batch when distributed)."""
-        from .dataloaders import eval_sampler
+        """The dataset's order (length-grouped with ``group_by_length``, as upstream), each rank a contiguous share
+        of every global batch when distributed."""
+        from .dataloaders import eval_sampler, model_input_name
 
-        return eval_sampler(self.args, dataset)
+        return eval_sampler(self.args, dataset, input_name=model_input_name(self.processing_class))
 
     def get_train_dataloader(self) -> Any:
         """The training DataLoader (override to customise)."""

@@ -2,7 +2,8 @@
 ``python trl_job.py CASE MODEL_DIR OUT [--patch] [--stop-at N] [--resume CHECKPOINT] [--batch B] [--avg-tokens 0|1]``.
 
 CASE is ``sft`` (SFTTrainer on text), ``sft_peft`` (with a LoRA ``peft_config``), ``dpo`` (DPOTrainer with a
-ref_model), ``grpo`` or ``rloo`` (GRPOTrainer / RLOOTrainer with a reward function, evaluated every 3 steps). ``--patch`` calls ``trainwell.patch_transformers()`` first (the other route, ``trainwell run``, runs
+ref_model), ``grpo`` or ``rloo`` (GRPOTrainer / RLOOTrainer with a reward function, evaluated every 3 steps),
+``online_dpo`` (TRL's experimental OnlineDPOTrainer with a reward function). ``--patch`` calls ``trainwell.patch_transformers()`` first (the other route, ``trainwell run``, runs
 this file unmodified). Writes OUT/log_history.json and the final model into OUT/final.
 
 The resume and multi-rank cases (``sft``; ``grpo`` resumes too): ``--save-steps N`` saves a checkpoint every N steps (default: no
@@ -62,6 +63,20 @@ def online_trainer(case: str, model_dir: str, common: dict, callbacks: list):
                        callbacks=callbacks)
 
 
+def online_dpo_trainer(model_dir: str, common: dict, callbacks: list):
+    """TRL's experimental OnlineDPOTrainer (it overrides ``_maybe_log_save_evaluate`` and logs the
+    ``learning_rate`` it is handed): two completions of at most 4 tokens per prompt, ranked by a reward function."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
+
+    config = OnlineDPOConfig(**common, max_new_tokens=4, beta=0.1)
+    prompts = [{"prompt": " ".join(s.split()[:2])} for s in SENTENCES]
+    return OnlineDPOTrainer(model=model_dir, reward_funcs=reward_words, args=config,
+                            processing_class=AutoTokenizer.from_pretrained(model_dir),
+                            train_dataset=Dataset.from_list(prompts[:12]), callbacks=callbacks)
+
+
 def main(case: str, model_dir: str, out: Path) -> None:
     import os
 
@@ -98,8 +113,10 @@ def main(case: str, model_dir: str, out: Path) -> None:
                              train_dataset=Dataset.from_list(preference_rows()), callbacks=callbacks)
     elif case in ("grpo", "rloo"):
         trainer = online_trainer(case, model_dir, common, callbacks)
+    elif case == "online_dpo":
+        trainer = online_dpo_trainer(model_dir, common, callbacks)
     else:
-        raise SystemExit(f"unknown case {case!r}: use sft, sft_peft, dpo, grpo or rloo")
+        raise SystemExit(f"unknown case {case!r}: use sft, sft_peft, dpo, grpo, rloo or online_dpo")
     trainer.train(resume_from_checkpoint=resume)
     rank = int(os.environ.get("RANK", 0))
     (out / f"rank{rank}.json").write_text(json.dumps({"global_step": trainer.state.global_step,
