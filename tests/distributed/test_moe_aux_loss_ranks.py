@@ -12,7 +12,6 @@ file is both the test and the job (torchrun runs it as a script; so does the 1-p
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -84,15 +83,9 @@ def job(out: Path) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
     pytest.importorskip("transformers")
-    from helpers.launch import start, torchrun, wait  # here: the job (this file) runs without tests/ on sys.path
+    from helpers.launch import one_and_two_ranks  # here: the job (this file) runs without tests/ on sys.path
 
-    out = tmp_path_factory.mktemp("moe_aux_loss")
-    script = Path(__file__).resolve()
-    procs = {2: start(torchrun(script, out / "two")), 1: start([sys.executable, script, out / "one"])}
-    for world, proc in procs.items():
-        wait(proc, f"the {world}-process job", timeout=TIMEOUT_S)
-    return {1: json.loads((out / "one" / "results_1.json").read_text()),
-            2: json.loads((out / "two" / "results_2.json").read_text())}
+    return one_and_two_ranks(Path(__file__).resolve(), tmp_path_factory.mktemp("moe_aux_loss"), timeout=TIMEOUT_S)
 
 
 def _largest_difference(a: dict[str, list[float]], b: dict[str, list[float]]) -> float:

@@ -110,6 +110,17 @@ def run_json(cmd: Sequence[str | Path], result: Path, what: str, *, timeout: flo
     return json.loads(result.read_text())
 
 
+def one_and_two_ranks(script: Path, out: Path, *, timeout: float) -> dict[int, Any]:
+    """Run ``script OUT`` as one plain process (``out/one``) and under torchrun on 2 ranks (``out/two``) side by
+    side; ``{1: ..., 2: ...}``, the JSON each wrote to ``results_{world}.json`` (the ground truth: two ranks
+    equal one)."""
+    procs = {2: start(torchrun(script, out / "two")), 1: start([sys.executable, script, out / "one"])}
+    for world, proc in procs.items():
+        wait(proc, f"the {world}-process job", timeout=timeout)
+    return {1: json.loads((out / "one" / "results_1.json").read_text()),
+            2: json.loads((out / "two" / "results_2.json").read_text())}
+
+
 def _kill(proc: subprocess.Popen) -> None:
     """SIGKILL the job and every process it started: its session (the child was started in one of its own) and
     every descendant, found before the first kill. A process group is not enough: ninja runs each compiler of a
