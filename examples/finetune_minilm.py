@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never reach
 
 import numpy as np
 
-from trainwell import HfArgumentParser, Trainer, TrainingArguments
+from trainwell import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 SUBJECTS = ["the movie was", "the acting is", "this film felt", "the story was", "the ending is", "the cast was",
             "the script felt", "the music is"]
@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         raise SystemExit("This example needs transformers and datasets: pip install transformers datasets") from err
     model_args, data_args, training_args = parse(argv)
     path = model_args.model_name_or_path or default_model_path()
+    set_seed(training_args.seed)  # before the model: its new classifier head is drawn from the seeded stream
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2,
                                                                id2label={0: "negative", 1: "positive"},
