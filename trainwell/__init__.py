@@ -45,6 +45,7 @@ _EXPORTS: dict[str, str] = {
     "set_seed": "utils.seeding",
     "enable_full_determinism": "utils.seeding",
     "get_last_checkpoint": "checkpoint.layout",
+    "TrainingPreempted": "checkpoint.preemption",
     # data
     "default_data_collator": "data.collators",
     "DataCollatorWithPadding": "data.collators",

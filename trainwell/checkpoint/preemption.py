@@ -38,6 +38,25 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
+class TrainingPreempted(SystemExit):
+    """Raised by ``Trainer.train()`` after the checkpoint a SIGINT/SIGTERM asked for is saved: the script then ends
+    as upstream's does on that signal (exit status 130 or 143, ``code``), instead of running what follows
+    ``train()`` as if training had finished (a final evaluation, ``save_model``, ``push_to_hub``).
+
+    A ``SystemExit``: uncaught, Python exits with ``code`` and prints no traceback, and ``except Exception`` does
+    not swallow it. (A ``KeyboardInterrupt`` subclass would exit with 1: Python ends by the signal only for the
+    exact type.) A script that should go on after a preemption catches it: ``except TrainingPreempted as stop:``
+    (``stop.output`` is the ``TrainOutput`` ``train()`` would have returned, ``stop.signal_name`` the signal,
+    ``stop.checkpoint`` the folder saved, or None).
+    """
+
+    def __init__(self, signal_name: str, step: int, output: Any = None, checkpoint: str | None = None) -> None:
+        where = f"checkpoint saved in {checkpoint}" if checkpoint else "no checkpoint saved"
+        super().__init__(f"training preempted by {signal_name} at step {step} ({where})")
+        self.code = 128 + int(getattr(signal, signal_name, signal.SIGTERM))
+        self.signal_name, self.step, self.output, self.checkpoint = signal_name, step, output, checkpoint
+
+
 def _stderr_is_terminal() -> bool:
     isatty = getattr(sys.stderr, "isatty", None)
     try:

@@ -332,6 +332,7 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     arguments after ``trainwell train``), and returns 130/143 without evaluating or printing the summary.
     """
     from .. import Trainer
+    from ..checkpoint.preemption import TrainingPreempted
     from ..trainer.checkpointing.run_report import newest_checkpoint_of_run, leave_out_resume_advice
     from ..callbacks.logfile import LogFileCallback
     from ..utils.seeding import set_seed
@@ -352,8 +353,9 @@ def run_recipe(recipe: Any, args: Any, argv: Sequence[str] = ()) -> int:
     if finished is not None:
         print(f"{PROG}: {finished}", file=sys.stderr)
         return 0
-    result = trainer.train(resume_from_checkpoint=resume)
-    if trainer.preempted:
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except TrainingPreempted:
         return _report_preemption(trainer, argv)
     trainer.save_metrics("train", result.metrics)
     eval_metrics: dict[str, Any] = {}

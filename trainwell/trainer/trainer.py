@@ -24,6 +24,7 @@ from ..loops import eval_loop
 from ..loops.best_metric import is_new_best, metric_value
 from ..loops.loss_scaling import router_aux_term
 from ..runtime.distributed import destroy_process_group, note_process_groups
+from ..checkpoint.preemption import TrainingPreempted
 from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
@@ -575,7 +576,7 @@ class Trainer:
                     run = run_training(TrainingRun(self, parts=self._tw_run_parts(), resume_from=resume_from,
                                                    trial=trial, ignore_keys_for_eval=ignore_keys_for_eval))
                 self.is_in_train = False
-                return finish(run)
+                output = finish(run)
         except IndexError as err:
             from ..data.length_check import explain_index_error
 
@@ -590,6 +591,12 @@ class Trainer:
             self._tw_checkpoints.release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
             note_process_groups()  # the mesh's and DeepSpeed's groups, released at exit even if the script destroys
+        checkpoints = self._tw_checkpoints
+        if checkpoints.preempted:  # as upstream's script dies on the signal: nothing after train() runs as if
+            # training had finished (a script that goes on catches TrainingPreempted)
+            raise TrainingPreempted(checkpoints.preempted_by or "SIGTERM", self.state.global_step, output,
+                                    checkpoints.preemption_checkpoint)
+        return output
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
                                  model: nn.Module, trial: Any, epoch: float, ignore_keys_for_eval: list[str] | None,

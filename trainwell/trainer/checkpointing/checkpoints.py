@@ -116,6 +116,7 @@ class TrainerCheckpoints:
         self.output_dir_lock: OutputDirLock | None = None
         self.preempted, self.preemption_collective = False, False
         self.preempted_by: str | None = None  # the signal's name ("SIGTERM") when a signal stopped the run
+        self.preemption_checkpoint: str | None = None  # the folder the preemption saved
         self.preemption: PreemptionGuard | None = None
         self.preemption_sync_steps = PREEMPTION_SYNC_STEPS
         self.async_saver: AsyncSaver | None = self._new_async_saver() if getattr(args, "async_save", False) else None
@@ -520,7 +521,7 @@ class TrainerCheckpoints:
     def preemption_scope(self) -> Iterator[PreemptionGuard]:
         """Turn SIGTERM/SIGINT into a graceful stop for the duration of ``train()`` (see :meth:`stop_if_preempted`)."""
         self.preempted = False
-        self.preempted_by = None
+        self.preempted_by = self.preemption_checkpoint = None
         from ...checkpoint.preemption import PreemptionGuard
 
         self.preemption_collective = self.args.world_size > 1
@@ -585,6 +586,7 @@ class TrainerCheckpoints:
                 where += f"; {resume_advice(self.output_dir, Path(folder))}"
         self.preempted = True
         self.preempted_by = guard.signal_name
+        self.preemption_checkpoint = None if where.startswith(("no checkpoint", "the background")) else str(folder)
         trainer.control.should_training_stop = True
         close_progress_bars(self._trainer.callback_handler)
         logger.warning("Training preempted by %s at step %d: %s", name, step, where)
