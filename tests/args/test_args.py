@@ -359,7 +359,6 @@ CPU_ONLY = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="c
     ({"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps", "eval_steps": 0.1,
       "save_steps": 50}, r"mixing a ratio and a step count"),
     ({"logging_steps": 0}, r"logging_strategy='steps' needs logging_steps > 0"),
-    ({"save_steps": 0}, r"save_steps=0 with save_strategy='steps'"),
     ({"torch_compile_mode": "fast"}, r"torch_compile_mode='fast' is not valid"),
     ({"log_level": "loud"}, r"log_level='loud' is not valid"),
     ({"ddp_backend": "tcp"}, r"ddp_backend='tcp' is not valid"),

@@ -254,6 +254,14 @@ def test_flow_best_strategy_does_not_save_at_end_and_zero_intervals_are_safe():
     assert actions == []
 
 
+def test_flow_save_steps_zero_saves_only_the_last_step_as_upstream():
+    """``save_steps=0`` with ``save_strategy="steps"``: no save on the way, one at the end (transformers 5.24's
+    flow; trainwell refused the value before)."""
+    args = make_args(save_strategy="steps", logging_strategy="no")
+    actions, _ = simulate(args, epochs=1, steps_per_epoch=5, save_steps=0)
+    assert actions == [("s5", "S")]
+
+
 def test_flow_with_real_training_arguments(tmp_path):
     args_module = pytest.importorskip("trainwell.args.fields")
     args = args_module.TrainingArguments(

@@ -238,6 +238,8 @@ class _Loss(nn.Module):
         loss = ((pred - labels) ** 2).mean()
         if self.kind == "detached":
             return {"loss": loss.detach(), "logits": pred}
+        if self.kind == "logits_only":  # (logits,) although labels were given: no loss at all
+            return (torch.stack([pred, -pred], dim=-1),)
         return pred, loss  # "logits_first"
 
 
@@ -268,6 +270,13 @@ def test_a_tuple_whose_loss_is_not_first_says_where_the_loss_is(tmp_path):
     assert str(error).startswith("The model returned a tuple whose first element is a tensor of shape (4,), not the "
                                  "loss; Trainer reads the loss from the first element and the single number at "
                                  "position 1 looks like it")
+
+
+def test_a_tuple_of_logits_only_says_the_first_element_is_taken_as_the_loss(tmp_path):
+    error = _first_line_of_train_error(tmp_path, _Loss("logits_only"))
+    assert str(error).startswith("The model returned a tuple of 1 element(s) and Trainer takes the first as the "
+                                 "loss, but it is a tensor of shape (4, 2) (logits?)")
+    assert "return (loss, logits, ...) with the loss first" in str(error) and "mean output" in str(error)
 
 
 def test_a_text_column_names_the_column_and_the_three_fixes(tmp_path):
@@ -351,3 +360,18 @@ def test_an_async_save_at_a_preemption_says_saving_then_saved_once_committed(tmp
                                                                                           (False, True)]
     assert [complete for _, complete in seen] == [False, True]  # "saved" only once the marker is written
     assert str(tmp_path / "checkpoint-3") in seen[1][0] and "resume" in seen[1][0]
+
+
+@pytest.mark.parametrize("kind", ["file", "latest"])
+def test_resume_from_a_file_or_a_guessed_word_names_what_to_pass(tmp_path, kind):
+    inside = tmp_path / "checkpoint-2" / "model.safetensors"
+    inside.parent.mkdir()
+    inside.write_bytes(b"")
+    value = str(inside) if kind == "file" else "latest"
+    trainer = Trainer(model=RegressionModel(), args=_args(tmp_path / "out", max_steps=1, save_strategy="no"),
+                      train_dataset=regression_data(8))
+    with pytest.raises(ValueError) as err:
+        trainer.train(resume_from_checkpoint=value)
+    expected = (f"a file; pass the checkpoint folder that holds it: {inside.parent}" if kind == "file" else
+                "for the newest checkpoint of output_dir pass resume_from_checkpoint=True (or 'auto'")
+    assert str(err.value).startswith(f"Can't find a valid checkpoint at {value}") and expected in str(err.value)

@@ -351,8 +351,6 @@ class ArgumentValidation(FieldTypes):
                 if not self.logging_steps:
                     raise ValueError("eval_strategy='steps' needs eval_steps > 0 (or logging_steps > 0).")
                 self.eval_steps = self.logging_steps
-        if self.save_strategy == SaveStrategy.STEPS and self.save_steps == 0:
-            raise ValueError("save_steps=0 with save_strategy='steps': set save_steps > 0 or save_strategy='no'.")
         if self.eval_strategy != IntervalStrategy.NO:
             self.do_eval = True
 

@@ -308,7 +308,8 @@ class CheckpointManager:
         folder = Path(resume_from_checkpoint)
         if not folder.is_dir():
             raise ValueError(f"Can't find a valid checkpoint at {resume_from_checkpoint} "
-                             f"(resume_from_checkpoint={str(resume_from_checkpoint)!r}: no such checkpoint folder)")
+                             f"(resume_from_checkpoint={str(resume_from_checkpoint)!r}: "
+                             f"{_missing_checkpoint_hint(folder)})")
         if not layout.is_complete(folder):
             inside = layout.list_resumable_checkpoints(folder)
             if inside:
@@ -493,3 +494,15 @@ class CheckpointManager:
         return load_agreed(self, [Path(folder)], contents, fallback=False, load_optimizer=load_optimizer,
                            load_trainer_state=load_trainer_state, engine_load=engine_load,
                            engine_check=engine_check, context=context)[1]
+
+
+def _missing_checkpoint_hint(path: Path) -> str:
+    """What to pass instead of ``path``, which is not a folder: the checkpoint folder holding a file, the switches
+    for a guessed word (``"latest"``), else the plain fact."""
+    if path.is_file():
+        return f"a file; pass the checkpoint folder that holds it: {path.parent}"
+    if len(path.parts) == 1 and not path.exists() and str(path).strip().lower() in (
+            "latest", "last", "newest", "resume", "yes", "true", "1"):
+        return ("not a folder; for the newest checkpoint of output_dir pass resume_from_checkpoint=True (or "
+                "'auto': the newest if there is one, else a fresh start)")
+    return "no such checkpoint folder"

@@ -66,6 +66,13 @@ def _refuse_loss_not_first(outputs: Any, first: torch.Tensor) -> None:
             f"{tuple(first.shape)}, not the loss; Trainer reads the loss from the first element and the single number "
             f"at position {at[0]} looks like it: return (loss, logits, ...) with the loss first, or a dict "
             "{'loss': loss, 'logits': logits}.")
+    if first.dim() >= 2:  # per-device losses (DataParallel) are 1-D: this is an output such as logits
+        raise ValueError(
+            f"The model returned a {type(outputs).__name__} of {len(outputs)} element(s) and Trainer takes the first "
+            f"as the loss, but it is a tensor of shape {tuple(first.shape)} (logits?), and no element is a single "
+            "number: compute the loss in forward when labels are given and return (loss, logits, ...) with the loss "
+            "first, or {'loss': loss, 'logits': logits}; or compute it outside the model (compute_loss_func, or a "
+            "compute_loss override). Reducing that tensor (loss.mean()) would train on the mean output.")
 
 
 def explain_backward_error(error: RuntimeError, loss: Any, model_name: str) -> ValueError | None:
