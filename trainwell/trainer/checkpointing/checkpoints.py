@@ -29,7 +29,7 @@ from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
 from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity
 from .preemption_report import close_progress_bars, wait_for_preemption_save
-from .resume_arguments import warn_changed_arguments
+from .resume_arguments import warn_changed_arguments, warn_schedule_length_changed
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ...args.fields import TrainingArguments
@@ -376,6 +376,7 @@ class TrainerCheckpoints:
             return None
         trainer = self._trainer
         warn_changed_arguments(self.args, loaded)
+        warn_schedule_length_changed(self.args, loaded, plan.max_steps)
         loaded.is_local_process_zero = trainer.is_local_process_zero()
         loaded.is_world_process_zero = trainer.is_world_process_zero()
         loaded.compute_steps(self.args, plan.max_steps)

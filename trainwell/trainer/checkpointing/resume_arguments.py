@@ -28,3 +28,18 @@ def warn_changed_arguments(args: TrainingArguments, saved: TrainerState) -> None
     if changed:
         logger.warning("Warning: The following arguments do not match the ones in the `trainer_state.json` within the "
                        "checkpoint directory: %s", "".join(changed))
+
+
+def warn_schedule_length_changed(args: TrainingArguments, saved: TrainerState, max_steps: int) -> None:
+    """A resume planned for another number of steps than the checkpoint's run (a finished run continued to a larger
+    ``max_steps`` or more epochs): the learning-rate schedule is built for the new length and resumed at the saved
+    step, so a decaying rate jumps back up (a sawtooth in the curves). Upstream does the same, silently."""
+    planned = saved.max_steps
+    if not planned or planned == max_steps or args.lr_scheduler_type in ("constant", "constant_with_warmup"):
+        return
+    logger.warning("Resuming at step %d of a run planned for %d steps, now planned for %d: the learning-rate schedule "
+                   "(%s) is laid out again over %d steps, so its rate at step %d changes (a decaying rate rises "
+                   "again). To continue the old schedule, keep max_steps=%d; to decay over the new length from the "
+                   "start, train a fresh run.", saved.global_step, planned, max_steps,
+                   getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type), max_steps, saved.global_step,
+                   planned)
