@@ -103,8 +103,7 @@ class DDPBackend(SingleDeviceBackend):
         args = self.args
         find_unused = args.ddp_find_unused_parameters
         if find_unused is None:  # upstream's rule: find_unused_parameters breaks (reentrant) gradient checkpointing
-            find_unused = not (activation_checkpointing(args)[0] or getattr(model, "is_activation_checkpointing", False)
-                               or getattr(model, "is_gradient_checkpointing", False))
+            find_unused = not (activation_checkpointing(args)[0] or _model_checkpoints_activations(model))
         kwargs: dict[str, Any] = {"find_unused_parameters": bool(find_unused)}
         if self.device.type == "cuda":
             kwargs["device_ids"] = [self.device.index if self.device.index is not None else 0]
@@ -185,3 +184,11 @@ class DDPBackend(SingleDeviceBackend):
             raise CheckpointError(f"{path}: the ZeroRedundancyOptimizer state is missing from the checkpoint (the "
                                   "save was interrupted); resume from an earlier checkpoint")
         self.optimizer.load_state_dict(read_optimizer_file(path))
+
+
+def _model_checkpoints_activations(model: nn.Module | None) -> bool:
+    """A transformers model's own switch: ``is_activation_checkpointing`` (5.x), else the older
+    ``is_gradient_checkpointing`` (read only then: 5.x deprecates it with a FutureWarning on every read)."""
+    if hasattr(type(model), "is_activation_checkpointing"):
+        return bool(getattr(model, "is_activation_checkpointing", False))
+    return bool(getattr(model, "is_gradient_checkpointing", False))
