@@ -40,7 +40,8 @@ MAX_EXTRA_BYTECODES = 0.02
 # trainer.checkpointing.preemption_report and trainer.checkpointing.resume_arguments (the checkpoint part's
 # messages), each small (named by their modules' paths of today).
 # 51: + trainer.checkpointing, the package the checkpoint policy's modules moved into (an __init__ of one docstring).
-MAX_TRAINER_IMPORT_MODULES = 51  # + args.data_options (the 5.24 fields) and utils.secrets (credentials kept out of checkpoints)
+# 52: + loops.remainder_cut, split out of loops/eval_loop.py (the last batch's repeated rows, distributed evaluation).
+MAX_TRAINER_IMPORT_MODULES = 52  # + args.data_options (the 5.24 fields) and utils.secrets (credentials kept out of checkpoints)
 # Loaded where they are used, never by the import: the reporting integrations, checkpoint I/O and files, samplers,
 # collators, the training loop and its loss scaling, the optimizer and schedules, the backends, the opt-in callbacks.
 DEFERRED_MODULES = (

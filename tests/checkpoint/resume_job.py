@@ -34,7 +34,7 @@ from torch import nn
 # the checkout's trainwell first: the repository root is the folder above tests/, however deep this file is
 sys.path.insert(0, str(next(p for p in Path(__file__).resolve().parents if p.name == "tests").parent))
 
-from trainwell import Trainer, TrainerCallback, TrainingArguments, set_seed
+from trainwell import Trainer, TrainerCallback, TrainingArguments, TrainingPreempted, set_seed
 from trainwell.trainer_utils import get_last_checkpoint
 
 NUM_TRAIN = 44  # 11 micro-batches of 4 per epoch: 5 full accumulation groups and a last one of 1
@@ -144,7 +144,11 @@ def main(argv: list[str]) -> int:
                       callbacks=[Interrupt(options.kill_at_step, options.term_at_step)])
     # The usual requeue idiom: resume when a checkpoint exists (a kill before the first save starts over).
     resume = options.resume and get_last_checkpoint(options.output_dir) is not None
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    status = 0
+    try:
+        trainer.train(resume_from_checkpoint=True if resume else None)
+    except TrainingPreempted as stop:  # a script that goes on after the preemption, then exits with its status
+        status = int(stop.code)
     out = Path(options.output_dir)
     preempted = bool(getattr(trainer, "preempted", False))
     if not preempted:
@@ -154,7 +158,7 @@ def main(argv: list[str]) -> int:
     (out / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=1), encoding="utf-8")
     result = {"preempted": preempted, "global_step": trainer.state.global_step, "getitem_calls": train_data.calls}
     (out / "result.json").write_text(json.dumps(result), encoding="utf-8")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

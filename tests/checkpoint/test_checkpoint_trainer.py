@@ -19,6 +19,7 @@ from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint.layout import CheckpointError
 from trainwell.data.samplers import ResumableSampler
 from trainwell.trainer_utils import get_last_checkpoint
+from helpers import train_until_preempted
 from helpers.tensors import weights
 
 torch.set_num_threads(1)
@@ -265,7 +266,7 @@ def test_sigint_stops_after_the_step_with_a_checkpoint(tmp_path: Path, caplog: p
     trainer = regression_trainer(tmp_path, save_steps=2)
     trainer.add_callback(SendSignal(3, signal.SIGINT))
     with caplog.at_level(logging.WARNING, logger="trainwell.trainer.trainer"):
-        output = trainer.train()
+        output = train_until_preempted(trainer)
     assert trainer.preempted and output.global_step == 3
     assert names(tmp_path) == ["checkpoint-2", "checkpoint-3"]
     assert "preempted by SIGINT at step 3" in caplog.text
@@ -278,7 +279,7 @@ def test_sigint_stops_after_the_step_with_a_checkpoint(tmp_path: Path, caplog: p
 def test_preemption_with_save_strategy_no_saves_nothing(tmp_path: Path) -> None:
     trainer = regression_trainer(tmp_path, save_strategy="no")
     trainer.add_callback(SendSignal(2, signal.SIGTERM))
-    trainer.train()
+    train_until_preempted(trainer)
     assert trainer.preempted and trainer.state.global_step == 2
     assert not tmp_path.exists() or names(tmp_path) == []
 

@@ -102,14 +102,14 @@ def test_sigkill_at_seeded_random_steps_resumes_bit_exact(reference: Path, tmp_p
 
 @pytest.mark.slow
 def test_sigterm_preemption_saves_stops_and_resumes_bit_exact(reference: Path, tmp_path: Path) -> None:
-    proc = run_job(tmp_path, "--term-at-step", 7)
+    proc = run_job(tmp_path, "--term-at-step", 7, expect=143)  # the status SIGTERM gives a script
     # one epoch, step 7's two micro-batches of 4, and the batch the loader holds ahead (as upstream's, accelerate's)
     assert read_result(tmp_path) == {"preempted": True, "global_step": 7, "getitem_calls": 44 + 8 + 4}
     assert (tmp_path / "checkpoint-7" / ".complete").is_file()  # 7 is not a save step: saved for the preemption
     assert "preempted by SIGTERM at step 7" in proc.stderr and str(tmp_path / "checkpoint-7") in proc.stderr
     assert not (tmp_path / "final.safetensors").exists()
     # Step 12 is a save step and the end of an epoch: no second save, and the resume seeks past the epoch.
-    run_job(tmp_path, "--resume", "--term-at-step", 12)
+    run_job(tmp_path, "--resume", "--term-at-step", 12, expect=143)
     assert read_result(tmp_path) == {"preempted": True, "global_step": 12, "getitem_calls": 44 - 8}
     run_job(tmp_path, "--resume")
     result = read_result(tmp_path)

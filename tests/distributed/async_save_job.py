@@ -31,7 +31,8 @@ from torch import nn
 
 torch.set_num_threads(1)
 
-from trainwell import Trainer, TrainerCallback, TrainingArguments, get_last_checkpoint, set_seed  # noqa: E402
+from trainwell import (Trainer, TrainerCallback, TrainingArguments, TrainingPreempted, get_last_checkpoint,  # noqa: E402
+                       set_seed)
 from trainwell.checkpoint import manager as checkpoint_manager  # noqa: E402
 from trainwell.checkpoint.layout import CheckpointError  # noqa: E402
 from jobs import make_data, say  # noqa: E402
@@ -133,7 +134,9 @@ def main(out: Path, mode: str) -> None:
     except CheckpointError as err:
         say(f"RANK{RANK} CHECKPOINT_ERROR {trainer.state.global_step} {err}")
         sys.exit(3)
-    if trainer.preempted:  # the preemption save must be committed when train() returns
+    except TrainingPreempted:  # a script that goes on after a preemption (it would exit 143 otherwise)
+        pass
+    if trainer.preempted:  # the preemption save must be committed when train() raises
         from trainwell.checkpoint.layout import list_complete_checkpoints
 
         newest = list_complete_checkpoints(out)[-1].name

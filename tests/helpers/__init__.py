@@ -14,4 +14,16 @@ from helpers.data import NormalRows, classification_data, regression_data, token
 from helpers.models import BlockStack, ClassifierModel, RegressionModel, TokenLM, TokenLMNoKwargs
 
 __all__ = ["BlockStack", "ClassifierModel", "NormalRows", "RegressionModel", "TokenLM", "TokenLMNoKwargs",
-           "classification_data", "regression_data", "token_data"]
+           "classification_data", "regression_data", "token_data", "train_until_preempted"]
+
+
+def train_until_preempted(trainer, **kwargs):
+    """``trainer.train(**kwargs)`` on a run that a signal preempts: the ``TrainOutput`` the ``TrainingPreempted``
+    it must raise carries (a script would exit with 130/143 there); fails when ``train()`` returns instead."""
+    from trainwell import TrainingPreempted
+
+    try:
+        trainer.train(**kwargs)
+    except TrainingPreempted as stop:
+        return stop.output
+    raise AssertionError("train() returned normally: the run was not preempted")

@@ -153,6 +153,7 @@ def test_no_module_outside_the_trainer_reads_a_trainwell_internal_of_the_trainer
     assert not sorted(name for name in trainer_internal if not hasattr(Trainer, name))
     assert not loops & trainer_internal
     names = set().union(*reads.values())
-    # 51 names read across modules before the run got its parts; a new one is a decision, not a drift (39th:
-    # torch's group registry `_world`, which the exit teardown reads: torch has no public list of every group)
-    assert len(names) <= 39, sorted(names)
+    # 51 names read across modules before the run got its parts; a new one is a decision, not a drift (39th and
+    # 40th: torch's group registry `_world` and `_get_default_store`, which the exit teardown reads: torch has no
+    # public list of every group, nor of the rendezvous store)
+    assert len(names) <= 40, sorted(names)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import RegressionModel, regression_data
+from helpers import RegressionModel, regression_data, train_until_preempted
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 
 
@@ -46,7 +46,7 @@ def test_speed_after_a_preemption_and_after_a_resume_counts_the_steps_this_call_
     torch.manual_seed(0)
     trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=500, save_steps=1000),
                       train_dataset=regression_data(64), callbacks=[_SignalAt(3)])
-    result = trainer.train()
+    result = train_until_preempted(trainer)
     assert trainer.preempted and result.global_step == 3
     steps, samples = _steps_and_samples(result.metrics)
     assert steps == pytest.approx(3, rel=0.02) and samples == pytest.approx(12, rel=0.02)  # not 500 planned steps
@@ -353,7 +353,7 @@ def test_an_async_save_at_a_preemption_says_saving_then_saved_once_committed(tmp
         trainer = Trainer(model=RegressionModel(), args=_args(tmp_path, max_steps=50, save_steps=1000,
                                                                async_save=True),
                           train_dataset=regression_data(64), callbacks=[_SignalAt(3)])
-        trainer.train()
+        train_until_preempted(trainer)
     finally:
         logging.getLogger("trainwell").removeHandler(handler)
     assert [("saving checkpoint in" in m, "checkpoint saved in" in m) for m, _ in seen] == [(True, False),

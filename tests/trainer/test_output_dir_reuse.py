@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import RegressionModel, regression_data
+from helpers import RegressionModel, regression_data, train_until_preempted
 import trainwell
 from trainwell import TrainerCallback
 from trainwell.checkpoint.layout import (
@@ -183,7 +183,7 @@ def test_ctrl_c_in_a_second_run_keeps_and_names_its_checkpoint(tmp_path, caplog)
     second = _trainer(trainwell, out, 20, save_steps=100, save_total_limit=1)
     second.add_callback(_CtrlCAt(2))
     with caplog.at_level("WARNING", logger="trainwell"):
-        second.train()
+        train_until_preempted(second)
     assert second.preempted and second.state.global_step == 2
     assert [p.name for p in list_complete_checkpoints(out)] == ["checkpoint-2"]
     advice = [r.getMessage() for r in caplog.records if "preempted" in r.getMessage()]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from helpers import RegressionModel, regression_data
+from helpers import RegressionModel, regression_data, train_until_preempted
 from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.trainer_utils import get_last_checkpoint
 
@@ -71,7 +71,7 @@ def test_after_going_back_to_an_older_checkpoint_ctrl_c_names_this_runs_checkpoi
     second = _trainer(out, 20, save_steps=100, save_total_limit=1)
     second.add_callback(_CtrlCAt(4))
     with caplog.at_level("WARNING", logger="trainwell"):
-        second.train(resume_from_checkpoint=str(out / "checkpoint-3"))
+        train_until_preempted(second, resume_from_checkpoint=str(out / "checkpoint-3"))
     assert second.preempted and second.state.global_step == 4
     assert (out / "checkpoint-4").is_dir()
     advice = [r.getMessage() for r in caplog.records if "preempted" in r.getMessage()]

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .loader import PreparedDataLoader
 from .samplers import EpochSeededRandomSampler
 
 logger = logging.getLogger(__name__)
@@ -63,8 +64,6 @@ def shard_dataloader(loader: torch.utils.data.DataLoader, *, num_processes: int,
     accelerate dispatches from the main process; trainwell does not: a warning says so). The new loader is a
     :class:`~trainwell.data.loader.PreparedDataLoader` with the same workers, collator and options.
     """
-    from .loader import PreparedDataLoader
-
     if num_processes <= 1:
         return loader
     sampler_is_batch_sampler = isinstance(loader.sampler, torch.utils.data.BatchSampler)
@@ -93,21 +92,3 @@ def shard_dataloader(loader: torch.utils.data.DataLoader, *, num_processes: int,
 #: the DataLoader options a sharded loader keeps (accelerate's list, less those the batch sampler replaces)
 _LOADER_OPTIONS = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn", "multiprocessing_context",
                    "generator", "prefetch_factor", "persistent_workers", "pin_memory_device", "in_order")
-
-
-def even_batches_remainder(loader: Any) -> int | None:
-    """For a loader :func:`shard_dataloader` split with even batches: how many of the rows gathered from the
-    processes at the last step are real, as accelerate's ``gather_for_metrics`` counts them (``len(dataset) %``
-    the batch size of all processes; 0 when every row is: nothing was repeated). None for any other loader."""
-    holder: Any = loader.sampler if isinstance(getattr(loader, "sampler", None), torch.utils.data.BatchSampler) \
-        else getattr(loader, "batch_sampler", None)
-    if type(holder).__name__ != "BatchSamplerShard" or not holder.even_batches or holder.drop_last \
-            or holder.batch_size is None:
-        return None
-    dataset = loader.dataset
-    length = getattr(dataset, "total_length", None)
-    try:
-        length = len(dataset) if length is None else int(length)
-    except TypeError:
-        return None
-    return length % (holder.batch_size * holder.num_processes)

@@ -9,7 +9,6 @@ from typing import Any, cast
 import torch
 import torch.distributed as dist
 
-from ..data.sharding import even_batches_remainder
 from .accumulate import find_batch_size
 from .gather import keep_rows
 
@@ -65,3 +64,21 @@ def part_rows(part: tuple[Any, Any, Any, Any]) -> int | None:
     if part[0] is not None and getattr(part[0], "ndim", 0) == 1:
         return int(part[0].shape[0])
     return find_batch_size(part[1]) if part[1] is not None else find_batch_size(part[2])
+
+
+def even_batches_remainder(loader: Any) -> int | None:
+    """For a loader :func:`~trainwell.data.sharding.shard_dataloader` split with even batches: how many of the rows gathered from the
+    processes at the last step are real, as accelerate's ``gather_for_metrics`` counts them (``len(dataset) %``
+    the batch size of all processes; 0 when every row is: nothing was repeated). None for any other loader."""
+    holder: Any = loader.sampler if isinstance(getattr(loader, "sampler", None), torch.utils.data.BatchSampler) \
+        else getattr(loader, "batch_sampler", None)
+    if type(holder).__name__ != "BatchSamplerShard" or not holder.even_batches or holder.drop_last \
+            or holder.batch_size is None:
+        return None
+    dataset = loader.dataset
+    length = getattr(dataset, "total_length", None)
+    try:
+        length = len(dataset) if length is None else int(length)
+    except TypeError:
+        return None
+    return length % (holder.batch_size * holder.num_processes)

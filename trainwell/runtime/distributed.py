@@ -423,9 +423,7 @@ def _meet_at_exit(world: int) -> None:
     """Sign off on the rendezvous store, then wait (bounded) until every rank has; a failing rank does not wait."""
     if world <= 1:
         return
-    from torch.distributed.distributed_c10d import _get_default_store  # private; several ranks only
-
-    store = _get_default_store()
+    store = dist.distributed_c10d._get_default_store()  # private; several ranks only
     store.add("trainwell_exit", 1)
     # Leaving on an unhandled exception (sys.last_value is set by then): peers may be blocked in a collective and
     # never reach the exit, so the failing rank only signs off.

@@ -22,9 +22,6 @@ from ..callbacks.integrations import get_reporting_integration_callbacks
 from ..utils.trainer_state import TrainerControl, TrainerState
 from ..loops import eval_loop
 from ..loops.best_metric import is_new_best, metric_value
-from ..loops.loss_scaling import router_aux_term
-from ..runtime.distributed import destroy_process_group, note_process_groups
-from ..checkpoint.preemption import TrainingPreempted
 from ..utils import reporting
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR
 from ..utils.logging_utils import setup_process_logging
@@ -36,6 +33,7 @@ from ..utils.overrides import accepts, call_override
 from ..utils.seeding import enable_full_determinism, set_seed
 from .checkpointing import save_load_defaults
 from .checkpointing.checkpoints import TrainerCheckpoints
+from .checkpointing.preemption_report import raise_if_preempted
 from .eval_model import model_for_eval
 from .init_checks import (call_model_init, check_args_object, check_before_training, check_metric_for_best_model,
                           check_quantized_model, initial_model, is_bitsandbytes_quantized)
@@ -407,6 +405,8 @@ class Trainer:
         multiplication and divided over the window's micro-batches (upstream multiplies it, transformers#48690)."""
         average = bool(self.args.average_tokens_across_devices)
         scale = (self.args.world_size if self._tw_n_gpu <= 1 else self._tw_n_gpu) if average else 1
+        from ..loops.loss_scaling import router_aux_term  # loaded with the loop, not by the import
+
         aux = None if outputs is None else router_aux_term(model, outputs)
         if aux is None:
             return loss * scale if scale != 1 else loss
@@ -590,12 +590,10 @@ class Trainer:
                 self._tw_run.close()
             self._tw_checkpoints.release_output_dir()
             self._memory_tracker.stop("train")  # after an error too, so that a later train/evaluate is tracked
+            from ..runtime.distributed import note_process_groups  # loaded by train(), not by the import
+
             note_process_groups()  # the mesh's and DeepSpeed's groups, released at exit even if the script destroys
-        checkpoints = self._tw_checkpoints
-        if checkpoints.preempted:  # as upstream's script dies on the signal: nothing after train() runs as if
-            # training had finished (a script that goes on catches TrainingPreempted)
-            raise TrainingPreempted(checkpoints.preempted_by or "SIGTERM", self.state.global_step, output,
-                                    checkpoints.preemption_checkpoint)
+        raise_if_preempted(self._tw_checkpoints, self.state.global_step, output)
         return output
 
     def _maybe_log_save_evaluate(self, tr_loss: torch.Tensor, grad_norm: torch.Tensor | float | None,
@@ -889,6 +887,8 @@ class Trainer:
         Call it once, last in the script: ``train``, ``evaluate``, ``predict``, ``save_model`` and ``push_to_hub``
         communicate between the processes and fail once the group is gone. Without a process group (one process)
         it does nothing."""
+        from ..runtime.distributed import destroy_process_group
+
         destroy_process_group()
 
     @property

@@ -31,3 +31,14 @@ def wait_for_preemption_save(saver: AsyncSaver, handler: Any, preempted: str, fo
                    preempted, folder)
     saver.join()
     return not saver.failed
+
+
+def raise_if_preempted(checkpoints: Any, step: int, output: Any) -> None:
+    """End ``train()`` as upstream's script ends on the signal once a preemption stopped the run (its checkpoint
+    saved): raise :class:`~trainwell.checkpoint.preemption.TrainingPreempted` (exit status 130/143 uncaught), so
+    nothing after ``train()`` runs as if training had finished; a script that goes on catches it."""
+    if checkpoints.preempted:
+        from ...checkpoint.preemption import TrainingPreempted  # loaded by a preemption only
+
+        raise TrainingPreempted(checkpoints.preempted_by or "SIGTERM", step, output,
+                                checkpoints.preemption_checkpoint)
