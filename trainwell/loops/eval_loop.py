@@ -327,8 +327,7 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         steps += 1
         # rows no tensor tells (TRL's GRPO batches: lists of prompt dicts): the loss counts eval_batch_size times,
         # as upstream's evaluation_loop repeats it
-        told = find_batch_size(batch)
-        batch_size = told or args.eval_batch_size
+        batch_size = (told := find_batch_size(batch)) or args.eval_batch_size
         if real_batches is not None and step >= real_batches:
             placeholder = 0
         real = batch_size if placeholder is None else placeholder  # the rows kept: all of the batch, or none
