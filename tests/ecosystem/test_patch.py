@@ -6,6 +6,7 @@ process, so the patch never reaches the test process."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -99,6 +100,34 @@ def test_trainwell_run_runs_the_script_as_main_with_its_arguments(tmp_path):
     assert done.returncode == 3, done.stderr[-3000:]
     line = next(x for x in done.stdout.splitlines() if x.startswith("ARGS"))
     assert line == f"ARGS __main__ {[str(script), '3', '--flag']} True 7"
+
+
+def test_trainwell_run_patches_the_python_processes_the_script_launches(tmp_path):
+    """A script that launches Python processes (the ``trl`` command: ``trl sft ...`` runs ``trl/scripts/sft.py`` in a
+    child through ``accelerate launch``): under ``trainwell run`` each child trains on trainwell too. Before, the
+    children ran upstream's Trainer with no word said (``trainwell run $(which trl) sft ...`` trained on
+    transformers). A ``sitecustomize`` of the user's, further on the path, still runs in the children; a plain run
+    of the same launcher leaves its children unpatched."""
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(textwrap.dedent("""
+        import subprocess, sys
+        code = "import sys, transformers; print('CHILD', transformers.Trainer.__module__.split('.')[0], "
+        code += "'trainwell' in sys.modules)"
+        sys.exit(subprocess.run([sys.executable, "-c", code]).returncode)
+    """))
+    own_site = tmp_path / "site"
+    own_site.mkdir()
+    (own_site / "sitecustomize.py").write_text("print('USER SITECUSTOMIZE')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(own_site)]))}
+    runs = {how: subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+            for how, cmd in (("run", [sys.executable, "-m", "trainwell", "run", str(launcher)]),
+                             ("plain", [sys.executable, str(launcher)]))}
+    for how, done in runs.items():
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.count("USER SITECUSTOMIZE") == 2, done.stdout
+    child = {how: next(x for x in done.stdout.splitlines() if x.startswith("CHILD")) for how, done in runs.items()}
+    assert child["run"].endswith("trainwell True"), child
+    assert child["plain"].endswith("transformers False"), child
 
 
 def test_trainwell_run_names_a_missing_script():

@@ -327,11 +327,13 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         steps += 1
         # rows no tensor tells (TRL's GRPO batches: lists of prompt dicts): the loss counts eval_batch_size times,
         # as upstream's evaluation_loop repeats it
-        batch_size = find_batch_size(batch) or args.eval_batch_size
+        batch_size = (told := find_batch_size(batch)) or args.eval_batch_size
         if real_batches is not None and step >= real_batches:
             placeholder = 0
         real = batch_size if placeholder is None else placeholder  # the rows kept: all of the batch, or none
         observed += real or 0
+        if told is None and is_last and not distributed and placeholder is None:
+            real = _untold_last_rows(dataloader, batch_size)
         # a library gathering its own metrics meanwhile (TRL's) leaves a placeholder batch out too
         with predicting_batch(placeholder == 0) if distributed else nullcontext():
             parts = _batch_parts(trainer, model, batch, batch_size, real, prediction_loss_only, ignore_keys)
@@ -353,6 +355,20 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
         raise ValueError(f"The {description.lower()} dataset yielded no batches; pass a non-empty dataset "
                          "(an IterableDataset must yield at least one example).")
     return accumulators, batch_metrics, observed
+
+
+def _untold_last_rows(dataloader: Any, batch_size: int) -> int:
+    """How many times the last batch's loss counts when no tensor tells its rows (TRL's GRPO/RLOO: lists of prompt
+    dicts, the loss counted ``eval_batch_size`` times), as upstream's one process counts it: accelerate's
+    ``gather_for_metrics`` keeps the first ``len(dataset) % batch_size`` of them. GRPO's sampler yields each prompt
+    ``num_generations`` times, so 6 prompts in batches of 4 give 3 full batches, the last one weighed 2 of 4."""
+    try:
+        length = len(dataloader.dataset)
+    except (AttributeError, TypeError):
+        return batch_size
+    if getattr(dataloader, "drop_last", False) or isinstance(dataloader.dataset, torch.utils.data.IterableDataset):
+        return batch_size
+    return length % batch_size or batch_size
 
 
 def _batch_parts(trainer: EvalLoopTrainer, model: Any, batch: Any, batch_size: int | None, real: int | None,

@@ -6,6 +6,11 @@ as ``__main__``, with ``sys.argv == [SCRIPT, *ARGS]`` and the script's folder fi
 ``trainwell run -m MODULE [ARGS...]`` runs a module as ``python -m MODULE`` would. Works the same under
 ``python -m trainwell run ...`` and ``torchrun --nproc_per_node 2 -m trainwell run SCRIPT ...``.
 
+The Python processes the script launches run patched too (the ``trl`` command runs its training scripts in a child
+through ``accelerate launch``): ``PYTHONPATH`` starts with ``trainwell/cli/child_site``, whose ``sitecustomize``
+patches each child before it runs, then runs the ``sitecustomize`` it hides, if any. ``TRAINWELL_PATCH_CHILDREN=0``
+leaves the children alone.
+
 The script's own errors show their full traceback (they are not usage errors of ``trainwell``), and the exit
 status is the script's.
 """
@@ -24,8 +29,36 @@ USAGE = """usage: trainwell run SCRIPT [ARGS...]
 
 Run a script written for transformers.Trainer, TRL, sentence-transformers or setfit on trainwell, unmodified:
 trainwell.patch_transformers() is applied first, then SCRIPT runs as `python SCRIPT ARGS...` would (as __main__,
-sys.argv set to [SCRIPT, *ARGS]). Under torchrun: torchrun --nproc_per_node 2 -m trainwell run SCRIPT ARGS...
+sys.argv set to [SCRIPT, *ARGS]). The Python processes the script launches (the `trl` command's
+training scripts, started through `accelerate launch`) are patched too; TRAINWELL_PATCH_CHILDREN=0 leaves them
+alone. Under torchrun: torchrun --nproc_per_node 2 -m trainwell run SCRIPT ARGS...
 """
+
+
+#: the folder whose ``sitecustomize`` patches the Python processes a script launches
+CHILD_SITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "child_site")
+CHILD_VARS = ("PYTHONPATH", "TRAINWELL_PATCH_CHILDREN")
+
+
+def _patch_children() -> dict[str, str | None]:
+    """Put :data:`CHILD_SITE` first on the ``PYTHONPATH`` the script's child processes inherit (unless
+    ``TRAINWELL_PATCH_CHILDREN=0``); returns the variables as they were, for :func:`_restore`."""
+    saved = {name: os.environ.get(name) for name in CHILD_VARS}
+    if saved["TRAINWELL_PATCH_CHILDREN"] == "0":
+        return saved
+    os.environ["TRAINWELL_PATCH_CHILDREN"] = "1"
+    rest = [entry for entry in saved["PYTHONPATH"].split(os.pathsep) if entry != CHILD_SITE] \
+        if saved["PYTHONPATH"] else []
+    os.environ["PYTHONPATH"] = os.pathsep.join([CHILD_SITE, *rest])
+    return saved
+
+
+def _restore(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _target(argv: list[str]) -> tuple[str, str, list[str]]:
@@ -53,6 +86,7 @@ def run(argv: list[str]) -> int:
 
     trainwell.patch_transformers()
     saved_argv, saved_path0 = sys.argv, sys.path[0] if sys.path else None
+    saved_env = _patch_children()
     try:
         if kind == "path":
             sys.argv = [name, *script_args]
@@ -73,6 +107,7 @@ def run(argv: list[str]) -> int:
         traceback.print_exc()
         return 1
     finally:
+        _restore(saved_env)
         sys.argv = saved_argv
         if saved_path0 is not None and sys.path and sys.path[0] != saved_path0:
             sys.path.pop(0)
