@@ -18,7 +18,7 @@ from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint import store_upload
 from trainwell.checkpoint.layout import CheckpointError, list_complete_checkpoints, write_marker
 from trainwell.checkpoint.lock import OutputDirLockedError
-from trainwell.checkpoint.store import LOCK_OBJECT, CheckpointStore
+from trainwell.checkpoint.store import DELETING, LOCK_OBJECT, UPLOADING, CheckpointStore, StoreLockLostError
 from trainwell.checkpoint.digest import hash_file, default_algorithm
 
 
@@ -129,7 +129,7 @@ def test_download_verifies_checksums(tmp_path, url):
     store = CheckpointStore(url)
     store.upload(_local_checkpoint(tmp_path / "a" / "checkpoint-2", FILES), run="r1")
     store.fs.pipe_file(f"{store.root}/checkpoint-2/model.safetensors", b"x" * 1000)  # same size, other bytes
-    assert _store_names(url) == ["checkpoint-2"]  # sizes match: only the checksum tells
+    assert _store_names(url) == []  # same size, but not the object the marker recorded (its fingerprint)
     with pytest.raises(CheckpointError, match="checksum"):
         store.download("checkpoint-2", tmp_path / "b")
     assert not (tmp_path / "b" / "checkpoint-2").exists() and list((tmp_path / "b").iterdir()) == []
@@ -288,3 +288,95 @@ def test_without_fsspec_the_error_names_the_extra(monkeypatch):
     with pytest.raises(ImportError, match=r"checkpoint_store='s3://bucket/run' needs fsspec: pip install "
                                           r"'trainwell\[store\]' and the file system of the URL \(s3fs"):
         CheckpointStore("s3://bucket/run")
+
+
+def test_a_run_whose_lock_was_taken_over_replaces_and_deletes_nothing(tmp_path, url):
+    mine, other = CheckpointStore(url), CheckpointStore(url)
+    mine.acquire_lock("mine")
+    mine.upload(_local_checkpoint(tmp_path / "a" / "checkpoint-2", FILES), run="r1")
+    other.heartbeat("other")  # forced over the live lock
+    other.owner = "other"
+    other.upload(_local_checkpoint(tmp_path / "b" / "checkpoint-4", FILES), run="r2")
+    with pytest.raises(StoreLockLostError, match="taken over by another run"):
+        mine.upload(_local_checkpoint(tmp_path / "a" / "checkpoint-4", FILES), run="r1")
+    for act in (lambda: mine.rotate(1, keep=set(), current_run="r1"), lambda: mine.delete("checkpoint-4"),
+                mine.keep_alive):
+        with pytest.raises(StoreLockLostError):
+            act()
+    assert _store_names(url) == ["checkpoint-2", "checkpoint-4"]
+    assert mine.read_marker("checkpoint-4") == json.loads((tmp_path / "b" / "checkpoint-4" / ".complete").read_text())
+    mine.release_lock("mine")  # not its lock any more: kept
+    assert json.loads(mine.fs.cat_file(f"{mine.root}/{LOCK_OBJECT}"))["owner"] == "other"
+
+
+def test_a_live_upload_is_never_removed_nor_replaced(tmp_path, url, monkeypatch):
+    import time
+
+    from trainwell.checkpoint import store as store_module
+
+    store = CheckpointStore(url)
+    store.acquire_lock("mine")
+    live = {"run": "r2", "owner": "other", "host": "another-host", "pid": 1, "heartbeat": time.time()}
+    store.fs.pipe_file(f"{store.root}/checkpoint-4/{UPLOADING}", json.dumps(live).encode())
+    store.fs.pipe_file(f"{store.root}/checkpoint-4/model.safetensors", b"u" * 10)
+    assert store.unfinished() == ["checkpoint-4"] and store.remove_unfinished() == []
+    with pytest.raises(CheckpointError, match="being uploaded by another live run"):
+        store.upload(_local_checkpoint(tmp_path / "checkpoint-4", FILES), run="r1")
+    assert store.fs.exists(f"{store.root}/checkpoint-4/model.safetensors")
+    monkeypatch.setattr(store_module, "STALE_S", 0.0)  # its heartbeat is old now: a dead run's upload
+    time.sleep(0.01)
+    assert store.remove_unfinished() == ["checkpoint-4"] and store._sizes("checkpoint-4") == {}
+
+
+def test_an_interrupted_deletion_is_finished_by_the_next_rotation(tmp_path, url):
+    store = CheckpointStore(url)
+    store.acquire_lock("mine")
+    for step in (2, 4, 6):
+        store.upload(_local_checkpoint(tmp_path / f"checkpoint-{step}", FILES), run="r1")
+    store.fs.pipe_file(f"{store.root}/checkpoint-2/{DELETING}", b"{}")  # killed after .deleting, marker kept
+    assert _store_names(url) == ["checkpoint-4", "checkpoint-6"]  # a deletion began: not complete any more
+    store.fs.pipe_file(f"{store.root}/checkpoint-4/{DELETING}", b"{}")  # killed after the marker's deletion
+    store.fs.rm_file(f"{store.root}/checkpoint-4/.complete")
+    assert store.rotate(5, keep=set(), current_run="r1") == []
+    assert store._sizes("checkpoint-2") == {} and store._sizes("checkpoint-4") == {}
+    assert _store_names(url) == ["checkpoint-6"]
+
+
+def test_the_lease_beats_while_an_upload_runs_and_stops_the_run_once_taken_over(tmp_path, url, monkeypatch):
+    import threading
+    import time
+
+    from trainwell.checkpoint import store as store_module
+    from trainwell.checkpoint.store_upload import StoreUploader
+
+    monkeypatch.setattr(store_module, "HEARTBEAT_S", 0.05)
+    store = CheckpointStore(url)
+    store.acquire_lock("mine")
+    reached, released, real = threading.Event(), threading.Event(), store._check_sizes
+
+    def held(name, files):  # every object up, no marker yet: the upload lasts until released
+        result = real(name, files)
+        reached.set()
+        released.wait(30)
+        return result
+
+    monkeypatch.setattr(store, "_check_sizes", held)
+    uploader = StoreUploader(store, retries=0)
+    uploader.submit(_local_checkpoint(tmp_path / "checkpoint-2", FILES), run="r1")
+    try:
+        assert reached.wait(30)
+        first = store._read_lock()["heartbeat"]
+        mark = json.loads(store.fs.cat_file(f"{store.root}/checkpoint-2/{UPLOADING}"))["heartbeat"]
+        time.sleep(0.5)
+        assert store._read_lock()["heartbeat"] > first  # refreshed during the upload
+        assert json.loads(store.fs.cat_file(f"{store.root}/checkpoint-2/{UPLOADING}"))["heartbeat"] > mark
+        CheckpointStore(url).heartbeat("other")  # taken over
+        deadline = time.monotonic() + 10
+        while store.lost is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(StoreLockLostError):
+            uploader.raise_if_failed()
+    finally:
+        released.set()
+        uploader.close()
+    assert _store_names(url) == [] and store.read_marker("checkpoint-2") is None  # no marker after the takeover

@@ -1,13 +1,23 @@
 """checkpoint_store against a real S3 server (moto's, started on localhost by the test) through s3fs: a SIGKILL in
 the middle of an upload leaves no checkpoint a resume takes, and a fresh machine resumes to the uninterrupted run's
-weights; credentials given as ``storage_options`` never reach a file.
+weights; credentials given as ``storage_options`` never reach a file. The store's lock and ownership: an upload
+longer than the stale limit keeps its run's lock (its lease beats apart from the uploads); a run whose lock was taken
+over stops loudly and deletes nothing of the other run's; an object another writer replaced (as many bytes) is not
+counted complete; a kill inside a rotation leaves objects the next start removes, never a live upload's.
+
+The child script's knobs (test-only, read by ``JOB``): ``TW_TEST_HOST`` (the host name it reports),
+``TW_TEST_STALE_S`` / ``TW_TEST_HEARTBEAT_S`` (the store's ``STALE_S`` / ``HEARTBEAT_S``, seconds instead of minutes),
+``TW_TEST_GATE`` (checkpoint-2's upload stops before its marker, writes ``<gate>.reached`` and waits for ``<gate>``:
+an upload as long as the test wants), ``TW_TEST_LIMIT`` (``save_total_limit``).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -15,18 +25,40 @@ import pytest
 import torch
 
 from helpers.launch import child_env, free_port
-from trainwell.checkpoint.store import CheckpointStore
+from trainwell.checkpoint.digest import default_algorithm, hash_file
+from trainwell.checkpoint.layout import CheckpointError, write_marker
+from trainwell.checkpoint.store import LOCK_OBJECT, UPLOADING, CheckpointStore
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
 
 JOB = textwrap.dedent('''
-    import json, sys
+    import json, os, socket, sys, time
     import torch
     from torch import nn
     from trainwell import Trainer, TrainingArguments
 
     out, url, options, max_steps, resume = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    if os.environ.get("TW_TEST_HOST"):
+        socket.gethostname = lambda: os.environ["TW_TEST_HOST"]
+    from trainwell.checkpoint import store as tw_store, store_upload as tw_upload
+    for knob in ("STALE_S", "HEARTBEAT_S"):
+        for module in (tw_store, tw_upload):
+            if os.environ.get("TW_TEST_" + knob) and hasattr(module, knob):
+                setattr(module, knob, float(os.environ["TW_TEST_" + knob]))
+    gate = os.environ.get("TW_TEST_GATE")
+    if gate:
+        check_sizes = tw_store.CheckpointStore._check_sizes
+
+        def gated(self, name, files):
+            result = check_sizes(self, name, files)
+            if name == "checkpoint-2":  # every object up, no marker yet: wait as long as the test wants
+                open(gate + ".reached", "w").close()
+                while not os.path.exists(gate):
+                    time.sleep(0.05)
+            return result
+
+        tw_store.CheckpointStore._check_sizes = gated
 
     class Net(nn.Module):
         def __init__(self):
@@ -41,7 +73,8 @@ JOB = textwrap.dedent('''
     data = [{"x": torch.randn(6, generator=gen), "labels": torch.randn((), generator=gen)} for _ in range(40)]
     args = TrainingArguments(output_dir=out, per_device_train_batch_size=4, max_steps=max_steps, save_steps=2,
                              learning_rate=0.05, report_to="none", use_cpu=True, disable_tqdm=True, logging_steps=1,
-                             checkpoint_store=url or None, storage_options=options or None)
+                             checkpoint_store=url or None, storage_options=options or None,
+                             save_total_limit=int(os.environ.get("TW_TEST_LIMIT", "0")) or None)
     torch.manual_seed(1)
     trainer = Trainer(model=Net(), args=args, train_dataset=data)
     trainer.train(resume_from_checkpoint=resume if resume != "none" else None)
@@ -67,14 +100,45 @@ def s3():
     server.stop()
 
 
-def _job(tmp_path: Path, out: Path, url: str, options: dict, max_steps: int, resume: str, **env: str):
-    import json
-
+def _command(tmp_path: Path, out: Path, url: str, options: dict, max_steps: int, resume: str) -> list[str]:
     script = tmp_path / "job.py"
     script.write_text(JOB)
-    return subprocess.run([sys.executable, str(script), str(out), url, json.dumps(options), str(max_steps), resume],
+    return [sys.executable, str(script), str(out), url, json.dumps(options), str(max_steps), resume]
+
+
+def _job(tmp_path: Path, out: Path, url: str, options: dict, max_steps: int, resume: str, **env: str):
+    return subprocess.run(_command(tmp_path, out, url, options, max_steps, resume),
                           env=child_env(drop=["TRAINWELL_TEST_KILL_AT"], **env), capture_output=True, text=True,
                           timeout=300)
+
+
+def _start(tmp_path: Path, out: Path, url: str, options: dict, max_steps: int, resume: str, **env: str):
+    return subprocess.Popen(_command(tmp_path, out, url, options, max_steps, resume),
+                            env=child_env(drop=["TRAINWELL_TEST_KILL_AT"], **env), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    """Until ``path`` exists (``proc`` reached its gate); fails when ``proc`` ended or the time ran out."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate(timeout=30)
+            pytest.fail(f"the job did not reach its gate (rc {proc.returncode}): {err[-3000:]}")
+        time.sleep(0.1)
+
+
+def _local_checkpoint(folder: Path, files: dict[str, bytes], run: str) -> Path:
+    folder.mkdir(parents=True)
+    for rel, data in files.items():
+        (folder / rel).write_bytes(data)
+    write_marker(folder, {rel: {"size": len(data), default_algorithm(): hash_file(folder / rel).digest}
+                          for rel, data in files.items()}, run=run)
+    return folder
+
+
+FAST = {"TW_TEST_STALE_S": "2", "TW_TEST_HEARTBEAT_S": "0.25"}  # a lock without a heartbeat for 2 s is stale
 
 
 @pytest.mark.slow
@@ -106,3 +170,101 @@ def test_kill_during_upload_then_fresh_machine_resume_is_exact(tmp_path, s3, mon
     assert secret not in (resumed.stdout + resumed.stderr).encode()
     for key in store.fs.find(store.root):
         assert secret not in store.fs.cat_file(key), key
+
+
+@pytest.mark.slow
+def test_an_upload_longer_than_the_stale_limit_keeps_the_lock(tmp_path, s3):
+    """Run A's upload of checkpoint-2 lasts far past the stale limit (held at a gate before its marker); its lease
+    keeps the lock fresh, so run B on the same prefix from another host is refused and touches nothing; A then
+    publishes. Before the fix the heartbeat was written only between uploads: B took the lock over."""
+    url, gate = f"s3://tw-bucket/{uuid.uuid4().hex[:8]}", tmp_path / "gate"
+    first = _start(tmp_path, tmp_path / "a", url, s3, 2, "none", TW_TEST_GATE=str(gate), **FAST)
+    try:
+        _wait_for(tmp_path / "gate.reached", first)
+        time.sleep(2.5)  # past the stale limit, in the middle of A's upload
+        second = _job(tmp_path, tmp_path / "b", url, s3, 2, "none", TW_TEST_HOST="another-host", **FAST)
+        assert second.returncode != 0 and "is in use by another run" in second.stderr, second.stderr[-3000:]
+        store = CheckpointStore(url, s3)
+        assert store.unfinished() == ["checkpoint-2"] and store.complete() == []  # A's upload, untouched
+        assert store.fs.exists(f"{store.root}/checkpoint-2/model.safetensors")
+    finally:
+        gate.touch()
+        out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, err[-3000:]
+    assert [name for name, _ in store.complete()] == ["checkpoint-2"] and store.unfinished() == []
+    assert not store.fs.exists(f"{store.root}/{LOCK_OBJECT}")  # released by A at its end
+
+
+@pytest.mark.slow
+def test_a_run_whose_lock_is_taken_over_stops_loudly_and_deletes_nothing(tmp_path, s3):
+    """Run A (save_total_limit=1) is held in checkpoint-2's upload when another run takes the lock by force and
+    publishes its own checkpoint-1. A's lease sees the lock is not its own: A publishes no marker over objects another
+    run may have written, rotates nothing away, and fails naming the takeover. Before the fix A published checkpoint-2
+    and its rotation deleted the other run's checkpoint-1."""
+    url, gate = f"s3://tw-bucket/{uuid.uuid4().hex[:8]}", tmp_path / "gate"
+    first = _start(tmp_path, tmp_path / "a", url, s3, 4, "none", TW_TEST_GATE=str(gate), TW_TEST_LIMIT="1", **FAST)
+    try:
+        _wait_for(tmp_path / "gate.reached", first)
+        other = CheckpointStore(url, s3)
+        other.heartbeat("the-other-run")  # forced: written over A's live lock
+        other.owner = "the-other-run"
+        other.upload(_local_checkpoint(tmp_path / "other" / "checkpoint-1", {"model.safetensors": b"m" * 64},
+                                       "other-run"), run="other-run")
+        time.sleep(1.0)  # a few of A's heartbeats
+    finally:
+        gate.touch()
+        out, err = first.communicate(timeout=180)
+    assert first.returncode != 0, err[-3000:]
+    assert "the lock of this run was taken over by another run" in err, err[-3000:]
+    store = CheckpointStore(url, s3)
+    assert [name for name, _ in store.complete()] == ["checkpoint-1"]  # the other run's: kept; A's: no marker
+    assert store.read_marker("checkpoint-1")["run"] == "other-run"
+    assert json.loads(store.fs.cat_file(f"{store.root}/{LOCK_OBJECT}"))["owner"] == "the-other-run"  # not released
+
+
+@pytest.mark.slow
+def test_an_object_replaced_by_another_writer_is_not_counted_complete(tmp_path, s3):
+    """Another process overwrites one object of a published checkpoint with as many other bytes: the checkpoint is
+    no longer complete (its marker recorded each object's ETag), and a download fails naming the checksum. Before the
+    fix equal sizes counted it complete."""
+    url = f"s3://tw-bucket/{uuid.uuid4().hex[:8]}"
+    store = CheckpointStore(url, s3)
+    files = {"model.safetensors": b"w" * 1000, "optimizer.pt": b"o" * 500}
+    store.upload(_local_checkpoint(tmp_path / "mine" / "checkpoint-2", files, "r1"), run="r1")
+    assert [name for name, _ in store.complete()] == ["checkpoint-2"]
+    writer = textwrap.dedent('''
+        import json, sys
+        import s3fs
+        fs = s3fs.S3FileSystem(**json.loads(sys.argv[1]))
+        fs.pipe_file(sys.argv[2], b"x" * 1000)
+    ''')
+    done = subprocess.run([sys.executable, "-c", writer, json.dumps(s3), f"{store.root}/checkpoint-2/model.safetensors"],
+                          env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert store._sizes("checkpoint-2")["model.safetensors"] == 1000  # the same size...
+    assert store.complete() == []  # ...but not the object the marker certified
+    with pytest.raises(CheckpointError, match="checksum"):
+        store.download("checkpoint-2", tmp_path / "fresh")
+    assert not (tmp_path / "fresh" / "checkpoint-2").exists()
+
+
+@pytest.mark.slow
+def test_a_kill_inside_rotation_leaves_objects_the_next_start_removes(tmp_path, s3):
+    """SIGKILL in the store's rotation of checkpoint-2 after its marker's deletion, before its objects': the next
+    run's start removes the orphaned objects (the lock held), and leaves alone a live upload in progress (its
+    heartbeat fresh, another host). Before the fix the objects stayed forever, and a start removed every upload
+    without a marker, live or not."""
+    url = f"s3://tw-bucket/{uuid.uuid4().hex[:8]}"
+    killed = _job(tmp_path, tmp_path / "a", url, s3, 4, "none", TRAINWELL_TEST_KILL_AT="rotate:2:0", TW_TEST_LIMIT="1")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    store = CheckpointStore(url, s3)
+    assert [name for name, _ in store.complete()] == ["checkpoint-4"]
+    assert store.read_marker("checkpoint-2") is None and "model.safetensors" in store._sizes("checkpoint-2")
+    live = {"run": "other", "owner": "other", "host": "another-host", "pid": 1, "heartbeat": time.time()}
+    store.fs.pipe_file(f"{store.root}/checkpoint-8/{UPLOADING}", json.dumps(live).encode())
+    store.fs.pipe_file(f"{store.root}/checkpoint-8/model.safetensors", b"u" * 100)
+    resumed = _job(tmp_path, tmp_path / "b", url, s3, 4, "auto", TW_TEST_LIMIT="1")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert store._sizes("checkpoint-2") == {}  # the orphaned objects: removed
+    assert set(store._sizes("checkpoint-8")) == {UPLOADING, "model.safetensors"}  # the live upload: untouched
+    assert [name for name, _ in store.complete()] == ["checkpoint-4"]

@@ -1,7 +1,10 @@
 """The background uploader of ``checkpoint_store``: publishes committed checkpoints off the training thread.
 
-One daemon thread takes the jobs in order (upload ``checkpoint-<step>``, then rotate the store), retries a failed
-job ``retries`` times with a doubling back-off, and keeps the lock's heartbeat. A job that still fails, or that has
+One daemon thread takes the jobs in order (upload ``checkpoint-<step>``, then rotate the store) and retries a failed
+job ``retries`` times with a doubling back-off. Another, the lease (:class:`StoreLease`), keeps the heartbeat of the
+lock and of every upload in progress every ``store.HEARTBEAT_S``, however long an upload takes, and reads the lock
+first: once another run holds it, uploads stop (:class:`~.store.StoreLockLostError`, never retried) and the training
+thread gets the error at its next save or at the end of ``train()``. A job that still fails, or that has
 not finished by its deadline (``deadline_s`` plus a second per ``MIN_RATE`` bytes of the checkpoint after it started:
 a store that stopped answering, whose request can hang far longer than any retry), is kept as the uploader's error:
 the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``) raise it, naming the
@@ -20,8 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import store as store_module
 from .layout import CheckpointError
-from .store import HEARTBEAT_S, CheckpointStore
+from .store import CheckpointStore, StoreLockLostError
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +33,30 @@ RETRIES = 3  # a failed upload is tried again this many times,
 BACKOFF_S = 1.0  # after 1, 2, 4... seconds
 DEADLINE_S = 600.0  # one checkpoint's upload, retries included, may take this long before the run fails by name,
 MIN_RATE = 5e6  # plus a second per this many bytes of the checkpoint (a store slower than that is taken as gone)
+
+
+class StoreLease:
+    """A daemon thread that calls ``store.keep_alive()`` every ``store.HEARTBEAT_S``, independent of the uploads;
+    it ends once the lock is found taken over (``store.lost``) or at :meth:`stop`."""
+
+    def __init__(self, store: CheckpointStore) -> None:
+        self.store = store
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainwell-store-lease", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(store_module.HEARTBEAT_S):
+            try:
+                self.store.keep_alive()
+            except StoreLockLostError:  # logged by the store; raised to the training thread by the uploader
+                return
+            except Exception as err:  # a heartbeat lost now is retried at the next one
+                logger.warning("could not refresh the lock of %s (%s)", self.store.url, err)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
 
 
 @dataclass
@@ -45,12 +73,11 @@ class StoreUploader:
     """Uploads checkpoints to ``store`` in a background thread, in the order they were submitted."""
 
     def __init__(self, store: CheckpointStore, *, retries: int | None = None, backoff_s: float | None = None,
-                 deadline_s: float | None = None, lock_owner: str | None = None) -> None:
+                 deadline_s: float | None = None) -> None:
         self.store = store
         self.retries = RETRIES if retries is None else retries
         self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
         self.deadline_s = DEADLINE_S if deadline_s is None else deadline_s
-        self.lock_owner = lock_owner
         self.stats = UploadStats()
         self.error: CheckpointError | None = None
         self._jobs: queue.Queue[tuple[str, float, Callable[[], None], Callable[[], None]] | None] = queue.Queue()
@@ -60,6 +87,7 @@ class StoreUploader:
         self._current: tuple[str, float] | None = None  # the job running now and its deadline (time.monotonic())
         self._thread = threading.Thread(target=self._work, name="trainwell-store-upload", daemon=True)
         self._thread.start()
+        self._lease = StoreLease(store)
 
     def submit(self, folder: Path, *, run: str | None = None, rotate: Callable[[], object] | None = None,
                node: int = 0, nodes: int = 1) -> None:
@@ -100,6 +128,8 @@ class StoreUploader:
     def raise_if_failed(self) -> None:
         """Raise the error of a failed upload, or of one running past its deadline (once kept, it stays)."""
         current = self._current
+        if self.error is None and self.store.lost is not None:  # the lease found the lock taken over
+            self.error = self.store.lost
         if self.error is None and current is not None and time.monotonic() > current[1]:
             self.error = CheckpointError(
                 f"uploading {current[0]} to checkpoint_store {self.store.url} has not finished by its deadline "
@@ -115,7 +145,7 @@ class StoreUploader:
         try:
             with self._idle:
                 while self._pending:
-                    self._idle.wait(timeout=min(HEARTBEAT_S, max(0.1, self.deadline_s / 4)))
+                    self._idle.wait(timeout=min(store_module.HEARTBEAT_S, max(0.1, self.deadline_s / 4)))
                     self.raise_if_failed()  # a hung upload: raised by name, not waited for forever
         finally:
             self.stats.blocked_s += time.perf_counter() - start
@@ -129,14 +159,11 @@ class StoreUploader:
             logger.error("%s", err)
         self._jobs.put(None)
         self._thread.join(timeout=None if self._current is None else 1.0)  # a hung request is left to the daemon
+        self._lease.stop()
 
     def _work(self) -> None:
         while True:
-            try:
-                job = self._jobs.get(timeout=HEARTBEAT_S)
-            except queue.Empty:
-                self._beat()
-                continue
+            job = self._jobs.get()
             if job is None:
                 return
             name, allowed_s, run, done = job
@@ -144,7 +171,6 @@ class StoreUploader:
                 if self.error is None:  # after a failure later checkpoints are not published (the run raises)
                     self._current = (name, time.monotonic() + allowed_s)
                     self._attempt(name, run)
-                    self._beat()
             finally:
                 self._current = None
                 done()
@@ -158,6 +184,9 @@ class StoreUploader:
                 return
             try:
                 job()
+                return
+            except StoreLockLostError as err:  # another run holds the store now: stop, loudly, no retry
+                self.error = err
                 return
             except Exception as err:  # a lost connection, a refused request: retried, then raised by name
                 if attempt == self.retries:
@@ -173,12 +202,5 @@ class StoreUploader:
                                type(err).__name__, err, delay)
                 time.sleep(delay)
 
-    def _beat(self) -> None:
-        if self.lock_owner is not None:
-            try:
-                self.store.heartbeat(self.lock_owner)
-            except Exception as err:  # a heartbeat lost now is retried at the next one
-                logger.warning("could not refresh the lock of %s (%s)", self.store.url, err)
 
-
-__all__ = ["StoreUploader", "UploadStats"]
+__all__ = ["StoreLease", "StoreUploader", "UploadStats"]

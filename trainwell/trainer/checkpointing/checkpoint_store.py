@@ -50,8 +50,8 @@ class StoreSync:
         owner = uuid.uuid4().hex
         self.store.acquire_lock(owner)
         self._owner = owner
-        self.store.remove_unfinished()
-        self.uploader = StoreUploader(self.store, lock_owner=owner)
+        self.store.remove_unfinished()  # dead uploads, interrupted deletions; never a live upload
+        self.uploader = StoreUploader(self.store)  # its lease keeps the lock's heartbeat, whatever the uploads do
         self.stats = self.uploader.stats
 
     def close(self) -> None:
@@ -120,8 +120,8 @@ class StoreSync:
             try:
                 folder = self.store.download(name, output_dir)
             except (CheckpointError, OSError) as err:
-                logger.warning("checkpoint %s/%s cannot be used (%s); trying the one before", self.store.url, name,
-                               err)
+                logger.error("checkpoint %s/%s cannot be used (%s); trying the one before", self.store.url, name,
+                             err)
                 continue
             logger.warning("checkpoint_store: %s/%s is in %s", self.store.url, name, folder)
             best = best_named_in(folder)
