@@ -547,8 +547,6 @@ class Trainer:
             resume_from_checkpoint = kwargs.pop("model_path")
         if kwargs:
             raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
-        if resume_from_checkpoint is False:
-            resume_from_checkpoint = None
         self._apply_trial_params(trial)  # a dict of hyper-parameters (Ray Tune, W&B sweeps) sets the arguments
         self._memory_tracker.start()
         self.is_in_train = True
