@@ -107,11 +107,13 @@ class StoreSync:
         uploader.submit(folder, run=run, rotate=rotate, node=node, nodes=nodes)
         return True
 
-    def resolve(self, args: Any, output_dir: str, resume_from_checkpoint: str | bool | None) -> str | bool | None:
+    def resolve(self, args: Any, output_dir: str, resume_from_checkpoint: str | bool | None, *,
+                trial: bool = False) -> str | bool | None:
         """Every rank, at the start of ``train()``: what the resume argument means with the store
         (:meth:`resume_for`; rank 0's answer on every rank) and the saving ranks' download of the checkpoint to
-        resume when ``output_dir`` lacks it (:meth:`fetch`). Returns the resume argument to use."""
-        if args.should_save:
+        resume when ``output_dir`` lacks it (:meth:`fetch`). Returns the resume argument to use. A hyper-parameter
+        search's ``trial`` (each in its own empty ``output_dir``, one store) never takes None as a resume."""
+        if args.should_save and not trial:
             resume_from_checkpoint = self.resume_for(resume_from_checkpoint, output_dir,
                                                      overwrite=bool(args.overwrite_output_dir))
         if args.world_size > 1:

@@ -180,8 +180,9 @@ class TrainerCheckpoints:
                                                          else self.backend.full_state_dict()))
 
     # ------------------------------------------------------------------------------------------------ resume
-    def resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
-        """The checkpoint folder to resume from (None to start fresh).
+    def resolve_resume(self, resume_from_checkpoint: str | bool | None, *, trial: bool = False) -> Path | None:
+        """The checkpoint folder to resume from (None to start fresh); ``trial``: a hyper-parameter search's trial
+        (None never resumes from the store).
 
         Takes the ``output_dir`` lock first (world process zero; released by :meth:`release_output_dir`), then
         removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone."""
@@ -198,7 +199,8 @@ class TrainerCheckpoints:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save or DeepSpeed "
                                    "conversion: %s", [str(p) for p in removed])
             if self.store is not None:  # None on an empty output_dir may mean the store's newest; downloads
-                resume_from_checkpoint = self.store.resolve(self.args, self.output_dir, resume_from_checkpoint)
+                resume_from_checkpoint = self.store.resolve(self.args, self.output_dir, resume_from_checkpoint,
+                                                            trial=trial)
             self._wait_for_cleanup()
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self.resume_with_fallback = resume_from_checkpoint is True
