@@ -548,8 +548,6 @@ class Trainer:
             resume_from_checkpoint = kwargs.pop("model_path")
         if kwargs:
             raise TypeError(f"train() got unexpected keyword arguments: {sorted(kwargs)}")
-        if resume_from_checkpoint is False:
-            resume_from_checkpoint = None
         self._apply_trial_params(trial)  # a dict of hyper-parameters (Ray Tune, W&B sweeps) sets the arguments
         self._memory_tracker.start()
         self.is_in_train = True
@@ -559,7 +557,7 @@ class Trainer:
             self.optimizer, self.lr_scheduler = None, None
         if self._created_lr_scheduler:  # as upstream: a second train() gets a new schedule (the optimizer is kept)
             self.lr_scheduler, self._created_lr_scheduler = None, False
-        resume_from = self._tw_checkpoints.resolve_resume(resume_from_checkpoint)
+        resume_from = self._tw_checkpoints.resolve_resume(resume_from_checkpoint, trial=trial is not None)
         if self.args.train_batch_size != self._tw_requested_batch_size:  # new arguments (a hyperparameter search trial)
             self._train_batch_size = self._tw_requested_batch_size = self.args.train_batch_size
         from ..loops.run import TrainingRun, finish

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -106,29 +107,186 @@ class StoreSync:
         uploader.submit(folder, run=run, rotate=rotate, node=node, nodes=nodes)
         return True
 
+    def resolve(self, args: Any, output_dir: str, resume_from_checkpoint: str | bool | None, *,
+                trial: bool = False) -> str | bool | None:
+        """Every rank, at the start of ``train()``: what the resume argument means with the store
+        (:meth:`resume_for`; rank 0's answer on every rank) and the saving ranks' download of the checkpoint to
+        resume when ``output_dir`` lacks it (:meth:`fetch`). Returns the resume argument to use. A hyper-parameter
+        search's ``trial`` (each in its own empty ``output_dir``, one store) never takes None as a resume."""
+        if args.should_save and not trial:
+            resume_from_checkpoint = self.resume_for(resume_from_checkpoint, output_dir,
+                                                     overwrite=bool(args.overwrite_output_dir))
+        if args.world_size > 1:
+            from ...runtime.distributed import all_gather_object, is_dist
+
+            if is_dist():
+                resume_from_checkpoint = all_gather_object(resume_from_checkpoint)[0]
+        if args.should_save:
+            self.fetch(resume_from_checkpoint, output_dir)
+        return resume_from_checkpoint
+
+    def start(self, args: Any, output_dir: str, folder: Path | None, run: str | None) -> None:
+        """World process zero, the store's lock held, once the run knows where it starts: a fresh run warns about
+        (or, with ``overwrite_output_dir``, deletes) the store's earlier checkpoints as about ``output_dir``'s
+        (:meth:`claim`); a resume publishes its checkpoint when the store lacks it (:meth:`catch_up`), or, with one
+        disk per node (whose local marker lists one node's files), says loudly that it exists on these machines
+        only."""
+        if self._owner is None:
+            return
+        if folder is None:
+            self.claim(args, output_dir)
+        elif not getattr(args, "save_on_each_node", False):
+            self.catch_up(folder, run)
+        elif self.store.read_marker(folder.name) is None:
+            logger.warning("checkpoint_store %s lacks %s, the checkpoint this run resumes from; with "
+                           "save_on_each_node it is not published again: it exists on these machines only",
+                           self.store.url, folder.name)
+
+    def resume_for(self, resume_from_checkpoint: str | bool | None, output_dir: str, *,
+                   overwrite: bool) -> str | bool | None:
+        """What ``resume_from_checkpoint`` means with this store. None (what ``get_last_checkpoint(output_dir)``
+        returns on an empty folder) on an ``output_dir`` holding no checkpoint while the store holds complete ones
+        is a requeue on a fresh machine: True (the store's newest), said loudly. ``False`` (an explicit fresh run)
+        and ``overwrite_output_dir=True`` keep their meaning; so does None on an ``output_dir`` holding checkpoints
+        (a fresh run after a finished one, as without a store)."""
+        from ...checkpoint.layout import list_resumable_checkpoints
+
+        if resume_from_checkpoint is not None or overwrite or list_resumable_checkpoints(output_dir):
+            return resume_from_checkpoint
+        found = self.store.complete()
+        if not found:
+            return None
+        logger.warning("output_dir %s holds no checkpoint and checkpoint_store %s holds %s: resuming from the store's "
+                       "newest, %s (a requeue on a fresh machine: get_last_checkpoint(output_dir) reads only the "
+                       "local folder, so it gave None). To start a fresh run on this prefix instead, pass "
+                       "train(resume_from_checkpoint=False) (it supersedes those checkpoints, as in a used "
+                       "output_dir), overwrite_output_dir=True (deletes them) or another checkpoint_store.",
+                       output_dir, self.store.url, _names([name for name, _ in found]), found[-1][0])
+        return True
+
     def fetch(self, resume_from_checkpoint: str | bool | None, output_dir: str) -> Path | None:
         """A resume (``True`` or ``"auto"``): download the store's newest complete checkpoint into ``output_dir``
-        (every checksum verified; a damaged one falls back to the one before), and the best one it names; a copy
-        already in ``output_dir`` is kept. Returns the newest one's local folder (None: nothing on the store)."""
+        (every checksum verified; a damaged one falls back to the one before), and the best one it names, unless
+        ``output_dir`` holds a checkpoint as new or newer (a store left behind by an outage: that one is resumed,
+        and published by :meth:`catch_up`). A path ``output_dir/checkpoint-<step>`` that ``output_dir`` lacks is
+        downloaded from the store. Returns the local folder to resume (None: nothing on the store)."""
         from ...checkpoint.layout import CheckpointError
 
         auto = isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"
+        if isinstance(resume_from_checkpoint, (str, os.PathLike)) and not auto:
+            path = Path(resume_from_checkpoint)
+            if path.exists() or path.parent.resolve() != Path(output_dir).resolve() \
+                    or self.store.read_marker(path.name) is None:
+                return None
+            return self._download(path.name, output_dir, self.store.complete(), "resume_from_checkpoint names it")
         if not (resume_from_checkpoint is True or auto):
             return None
         found = self.store.complete()
+        local = newest_local(output_dir, found)
+        if local is not None:
+            return local
         for name, _ in reversed(found):
             try:
-                folder = self.store.download(name, output_dir)
+                return self._download(name, output_dir, found, "the store's newest")
             except (CheckpointError, OSError) as err:
                 logger.error("checkpoint %s/%s cannot be used (%s); trying the one before", self.store.url, name,
                              err)
-                continue
-            logger.warning("checkpoint_store: %s/%s is in %s", self.store.url, name, folder)
-            best = best_named_in(folder)
-            if best is not None and best != name and best in {n for n, _ in found}:
-                self.store.download(best, output_dir)
-            return folder
         return None
+
+    def _download(self, name: str, output_dir: str, found: list[tuple[str, dict[str, Any]]], why: str) -> Path:
+        """Download ``name`` and the best checkpoint it names (when the store holds it)."""
+        folder = self.store.download(name, output_dir)
+        logger.warning("checkpoint_store: %s/%s (%s) is in %s", self.store.url, name, why, folder)
+        best = best_named_in(folder)
+        if best is not None and best != name and best in {n for n, _ in found}:
+            self.store.download(best, output_dir)
+        return folder
+
+    def catch_up(self, folder: Path, run: str | None) -> bool:
+        """World process zero, the lock held, at the start of a resume from the local ``folder``: publish it when
+        the store lacks it (a store left behind by an outage), saying so. True when queued."""
+        from ...checkpoint.layout import CheckpointError, is_complete, read_marker
+
+        if self.uploader is None or not is_complete(folder):
+            return False
+        try:
+            if self.store.read_marker(folder.name) == read_marker(folder):
+                return False
+        except CheckpointError:
+            return False
+        found = self.store.complete()
+        logger.warning("checkpoint_store %s lacks %s, the checkpoint this run resumes from (the store's newest is "
+                       "%s: its uploads stopped, e.g. an outage); publishing it now", self.store.url, folder.name,
+                       found[-1][0] if found else "none")
+        self.uploader.submit(folder, run=run)
+        return True
+
+    def claim(self, args: Any, output_dir: str) -> None:
+        """World process zero, the lock held, at the start of a fresh run: the rule of ``output_dir``
+        (:mod:`.output_dir_runs`) for the store's checkpoints that ``output_dir`` lacks: a warning naming them (this
+        run supersedes them: the store's rotation deletes them first), or with ``overwrite_output_dir=True`` their
+        deletion."""
+        from ...checkpoint.layout import CheckpointError, is_complete, read_marker
+
+        if self._owner is None:
+            return
+        earlier = []
+        for name, record in self.store.complete():
+            local = Path(output_dir) / name
+            try:
+                if is_complete(local) and read_marker(local) == record:
+                    continue  # named by output_dir's own warning
+            except CheckpointError:
+                pass
+            earlier.append(name)
+        if not earlier:
+            return
+        url = self.store.url
+        writes_checkpoints = args.save_strategy != "no" or getattr(args, "enable_jit_checkpoint", False)
+        if writes_checkpoints and args.overwrite_output_dir:
+            for name in earlier:
+                self.store.delete(name)
+            logger.warning("overwrite_output_dir=True: deleted the earlier run's checkpoints in checkpoint_store %s "
+                           "(%s); this run starts over", url, _names(earlier))
+        elif writes_checkpoints:
+            logger.warning("checkpoint_store %s holds an earlier run's checkpoints (%s): this fresh run supersedes "
+                           "them (as in a used output_dir). Its checkpoints count as newer than those whatever their "
+                           "steps: save_total_limit rotates the earlier ones away first, a save of the same step "
+                           "replaces that checkpoint, and resume_from_checkpoint=True takes this run's newest. To "
+                           "continue that run instead, use train(resume_from_checkpoint=True).", url, _names(earlier))
+        else:
+            logger.warning("checkpoint_store %s holds another run's checkpoints (%s); this run saves none. Continue "
+                           "that run with train(resume_from_checkpoint=True).", url, _names(earlier))
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names if len(names) <= 3 else ["...", *names[-3:]])
+
+
+def newest_local(output_dir: str, found: list[tuple[str, dict[str, Any]]]) -> Path | None:
+    """``output_dir``'s newest complete checkpoint when it is as new as or newer than every one of the store's
+    ``found`` (run by run, by step within a run, as :func:`trainwell.checkpoint.layout.order_by_run`), else None."""
+    from ...checkpoint.layout import CheckpointError, list_complete_checkpoints, read_marker
+    from ...utils.checkpoint_names import is_checkpoint_name
+
+    entries: list[tuple[Any, float, int, bool, Path | None]] = []
+    for path in list_complete_checkpoints(output_dir):
+        try:
+            record = read_marker(path)
+        except CheckpointError:
+            continue
+        entries.append((record.get("run"), float(record.get("created", 0)), is_checkpoint_name(path.name) or 0,
+                        True, path))
+    if not entries:
+        return None
+    for name, record in found:
+        entries.append((record.get("run"), float(record.get("created", 0)), is_checkpoint_name(name) or 0, False,
+                        None))
+    last: dict[Any, float] = {}
+    for run, created, _, _, _ in entries:
+        last[run] = max(created, last.get(run, created))
+    newest = max(entries, key=lambda e: (last[e[0]], e[2], e[3]))  # a tie: the local copy
+    return newest[4]
 
 
 def best_named_in(folder: Path) -> str | None:
@@ -149,4 +307,4 @@ def local_best(best: str | None, output_dir: str) -> str | None:
     return best
 
 
-__all__ = ["StoreSync", "best_named_in", "local_best"]
+__all__ = ["StoreSync", "best_named_in", "local_best", "newest_local"]

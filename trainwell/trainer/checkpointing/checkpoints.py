@@ -181,8 +181,9 @@ class TrainerCheckpoints:
                                                          else self.backend.full_state_dict()))
 
     # ------------------------------------------------------------------------------------------------ resume
-    def resolve_resume(self, resume_from_checkpoint: str | bool | None) -> Path | None:
-        """The checkpoint folder to resume from (None to start fresh).
+    def resolve_resume(self, resume_from_checkpoint: str | bool | None, *, trial: bool = False) -> Path | None:
+        """The checkpoint folder to resume from (None to start fresh); ``trial``: a hyper-parameter search's trial
+        (None never resumes from the store).
 
         Takes the ``output_dir`` lock first (world process zero; released by :meth:`release_output_dir`), then
         removes the temporary folders of interrupted trainwell saves. Foreign checkpoints are left alone."""
@@ -193,13 +194,14 @@ class TrainerCheckpoints:
         self._lock_output_dir()
         recovered: list[Path] = []
         try:
-            if self.store is not None and self.args.should_save:
-                self.store.fetch(resume_from_checkpoint, self.output_dir)
             if self.args.should_save:
                 removed = cleanup_incomplete(self.output_dir, at_startup=True, recovered=recovered)
                 if removed:
                     logger.warning("Removed incomplete checkpoint folders left by an interrupted save or DeepSpeed "
                                    "conversion: %s", [str(p) for p in removed])
+            if self.store is not None:  # None on an empty output_dir may mean the store's newest; downloads
+                resume_from_checkpoint = self.store.resolve(self.args, self.output_dir, resume_from_checkpoint,
+                                                            trial=trial)
             self._wait_for_cleanup()
             resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
             self.resume_with_fallback = resume_from_checkpoint is True
@@ -207,6 +209,8 @@ class TrainerCheckpoints:
             # a fresh run supersedes a finished run's checkpoints (one promoted now is the relaunched job's own)
             claim_output_dir(self.args, folder, recovered=self._on_every_rank(recovered))
             self.manager.run_id = run_identity(self.args, folder)
+            if self.store is not None:  # world process zero (the lock held): warn, delete or publish
+                self.store.start(self.args, self.output_dir, folder, self.manager.run_id)
         except BaseException:
             self.release_output_dir()
             raise
