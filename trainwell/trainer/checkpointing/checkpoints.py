@@ -29,7 +29,7 @@ from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
 from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity
 from .preemption_report import close_progress_bars, wait_for_preemption_save
-from .resume_arguments import warn_changed_arguments, warn_schedule_length_changed
+from .resume_arguments import resolve_auto, warn_changed_arguments, warn_schedule_length_changed
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
     from ...args.fields import TrainingArguments
@@ -203,7 +203,7 @@ class TrainerCheckpoints:
                 resume_from_checkpoint = self.store.resolve(self.args, self.output_dir, resume_from_checkpoint,
                                                             trial=trial)
             self._wait_for_cleanup()
-            resume_from_checkpoint = self._resolve_auto(resume_from_checkpoint)
+            resume_from_checkpoint = resolve_auto(resume_from_checkpoint, self.args.output_dir)
             self.resume_with_fallback = resume_from_checkpoint is True
             folder = self.manager.resolve_resume(resume_from_checkpoint)
             # a fresh run supersedes a finished run's checkpoints (one promoted now is the relaunched job's own)
@@ -244,23 +244,6 @@ class TrainerCheckpoints:
 
             if is_dist():
                 barrier()
-
-    def _resolve_auto(self, resume_from_checkpoint: str | bool | None) -> str | bool | None:
-        """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh).
-
-        One command then serves the first attempt of a job and every requeued one; the choice is logged."""
-        from ...checkpoint.layout import list_resumable_checkpoints
-
-        if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
-            return resume_from_checkpoint
-        found = list_resumable_checkpoints(self.args.output_dir) if self.args.output_dir else []
-        if found:
-            logger.warning("resume_from_checkpoint='auto': resuming from the newest checkpoint of %s (%s; an older "
-                           "one is used if it is damaged)", self.args.output_dir, found[-1].name)
-            return True
-        logger.warning("resume_from_checkpoint='auto': no checkpoint in %s; training from scratch",
-                       self.args.output_dir)
-        return None
 
     def _lock_output_dir(self) -> None:
         """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome

@@ -1,5 +1,6 @@
-"""The warning a resume gives when its arguments differ from the checkpoint's (upstream's
-``compare_trainer_and_checkpoint_args``, in its words): the resumed run follows the new arguments."""
+"""What a resume makes of its arguments: ``"auto"`` (:func:`resolve_auto`), and the warnings it gives when they differ
+from the checkpoint's (upstream's ``compare_trainer_and_checkpoint_args``, in its words; a schedule planned for
+another length): the resumed run follows the new arguments."""
 
 from __future__ import annotations
 
@@ -43,3 +44,21 @@ def warn_schedule_length_changed(args: TrainingArguments, saved: TrainerState, m
                    "start, train a fresh run.", saved.global_step, planned, max_steps,
                    getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type), max_steps, saved.global_step,
                    planned)
+
+
+def resolve_auto(resume_from_checkpoint: str | bool | None, output_dir: str | None) -> str | bool | None:
+    """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh);
+    any other value as it is.
+
+    One command then serves the first attempt of a job and every requeued one; the choice is logged."""
+    from ...checkpoint.layout import list_resumable_checkpoints
+
+    if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
+        return resume_from_checkpoint
+    found = list_resumable_checkpoints(output_dir) if output_dir else []
+    if found:
+        logger.warning("resume_from_checkpoint='auto': resuming from the newest checkpoint of %s (%s; an older "
+                       "one is used if it is damaged)", output_dir, found[-1].name)
+        return True
+    logger.warning("resume_from_checkpoint='auto': no checkpoint in %s; training from scratch", output_dir)
+    return None
