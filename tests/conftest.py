@@ -46,7 +46,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: heaviest first; 2026-11-29). Under pytest-xdist they are handed out first, so that no long file starts last and
 #: leaves the other workers idle at the end of the run. Order only: a renamed or removed file is simply not found.
 HEAVIEST_FILES = (
-    "tests/test_installed_package.py", "tests/distributed/test_kill_resume.py", "tests/ecosystem/test_matrix.py",
+    "tests/ecosystem/test_trl_scripts.py", "tests/test_installed_package.py", "tests/distributed/test_kill_resume.py",
+    "tests/ecosystem/test_matrix.py", "tests/ecosystem/test_library_loaders_ranks.py",
     "tests/compat/examples/test_examples_5x.py", "tests/distributed/test_async_save_ranks.py",
     "tests/compat/test_seed_parity.py", "tests/compat/test_loop_compat.py", "tests/distributed/test_elastic_resume.py",
     "tests/checkpoint/test_checkpoint_tamper.py", "tests/distributed/test_ray_train.py",
