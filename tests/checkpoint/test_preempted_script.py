@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 def _job(out: str, signal_name: str, route: str) -> None:
-    import torch
-    from torch import nn
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared tiny model and data
+    from helpers import RegressionModel, regression_data
 
     if route == "transformers":  # written for upstream; `trainwell run` swaps the Trainer in
         from transformers import Trainer, TrainerCallback, TrainingArguments
@@ -30,24 +30,15 @@ def _job(out: str, signal_name: str, route: str) -> None:
         from trainwell import Trainer, TrainerCallback, TrainingArguments
     from trainwell import TrainingPreempted
 
-    class Net(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.lin = nn.Linear(2, 1)
-
-        def forward(self, x, labels=None):
-            return {"loss": nn.functional.mse_loss(self.lin(x).squeeze(-1), labels)}
-
     class SignalAtStep3(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step == 3:
                 os.kill(os.getpid(), getattr(signal, signal_name))
 
-    data = [{"x": torch.tensor([float(i), 1.0]), "labels": torch.tensor(float(i % 3))} for i in range(16)]
     args = TrainingArguments(output_dir=out, max_steps=8, per_device_train_batch_size=2, save_strategy="no",
                              enable_jit_checkpoint=True, report_to="none", disable_tqdm=True, use_cpu=True)
-    trainer = Trainer(model=Net(), args=args, train_dataset=data, callbacks=[SignalAtStep3()])
+    trainer = Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16),
+                      callbacks=[SignalAtStep3()])
     if route == "catch":
         try:
             trainer.train()
