@@ -21,7 +21,6 @@ from torch.nn import functional as F
 
 import trainwell
 from trainwell.args.parser import HfArgumentParser
-from helpers import train_until_preempted
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 3
@@ -322,6 +321,8 @@ class _SendSigterm(trainwell.TrainerCallback):
 def test_enable_jit_checkpoint_saves_on_sigterm_even_with_save_strategy_no(tmp_path):
     args = _args(trainwell, tmp_path, max_steps=6, enable_jit_checkpoint=True)
     trainer = trainwell.Trainer(model=Regressor(), args=args, train_dataset=Rows(), callbacks=[_SendSigterm()])
+    from helpers import train_until_preempted  # here: a job imports this module without tests/ on sys.path
+
     train_until_preempted(trainer)
     assert trainer.preempted and trainer.state.global_step == 2
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2"]

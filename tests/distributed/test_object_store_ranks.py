@@ -47,7 +47,7 @@ def _resume_on_one_process(tmp_path: Path, url: str, options: dict, backend: str
     done = run(torchrun(JOB, tmp_path / "r1", url, json.dumps(options), "true", backend, nproc=1), "1 rank, fresh",
                timeout=400, env=child_env())
     log = done.stdout + (done.stderr or "")
-    assert "checkpoint-6 is in" in log and "resuming from" in log, log[-3000:]  # downloaded, then resumed
+    assert "checkpoint-6 (the store's newest) is in" in log and "resuming from" in log, log[-3000:]  # downloaded, then resumed
     for phrase in ("start fresh", "starts fresh", "not restored", "exact data position cannot"):
         assert phrase not in log, f"{phrase!r}\n{log[-3000:]}"
     assert json.loads((tmp_path / "r1" / "result.json").read_text()) == {"global_step": 12, "world_size": 1}
