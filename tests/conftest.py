@@ -48,6 +48,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 HEAVIEST_FILES = (
     "tests/ecosystem/test_trl_scripts.py", "tests/test_installed_package.py", "tests/distributed/test_kill_resume.py",
     "tests/ecosystem/test_matrix.py", "tests/ecosystem/test_library_loaders_ranks.py",
+    "tests/ecosystem/test_matrix_ranks.py",
     "tests/compat/examples/test_examples_5x.py", "tests/distributed/test_async_save_ranks.py",
     "tests/compat/test_seed_parity.py", "tests/compat/test_loop_compat.py", "tests/distributed/test_elastic_resume.py",
     "tests/checkpoint/test_checkpoint_tamper.py", "tests/distributed/test_ray_train.py",
