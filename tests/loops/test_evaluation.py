@@ -612,3 +612,23 @@ def test_evaluation_during_training_reaches_log_history():
     assert [entry["step"] for entry in evals] == [1, 2]
     assert all(entry["epoch"] > 0 for entry in evals)
     assert [name for name, _ in trainer.recorder.events].count("on_evaluate") == 2
+
+
+def test_no_batches_on_a_process_names_the_dropped_round_and_the_fix():
+    """sentence-transformers sets dataloader_drop_last=True on several processes: 7 rows in batches of 4 on 2
+    processes make no full round, so every process gets no batch; the error says so instead of 'empty dataset'."""
+    pytest.importorskip("accelerate")
+    from accelerate.data_loader import BatchSamplerShard
+
+    from trainwell.loops.eval_loop import no_batches_message
+
+    rows = list(range(7))
+    batches = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(rows), batch_size=4, drop_last=True)
+    shard = BatchSamplerShard(batches, num_processes=2, process_index=1, split_batches=False, even_batches=True)
+    loader = torch.utils.data.DataLoader(rows, batch_sampler=shard)
+    assert list(loader) == []
+    message = no_batches_message(loader, "Evaluation")
+    assert "7 rows in batches of 4" in message and "2 processes" in message
+    assert "dataloader_drop_last=True" in message and "per_device_eval_batch_size" in message
+    empty = torch.utils.data.DataLoader([], batch_size=4)
+    assert "pass a non-empty dataset" in no_batches_message(empty, "Evaluation")

@@ -352,9 +352,29 @@ def _eval_batches(trainer: EvalLoopTrainer, model: Any, dataloader: Any, descrip
             for accumulator in accumulators:
                 accumulator.flush()
     if steps == 0:
-        raise ValueError(f"The {description.lower()} dataset yielded no batches; pass a non-empty dataset "
-                         "(an IterableDataset must yield at least one example).")
+        raise ValueError(no_batches_message(dataloader, description))
     return accumulators, batch_metrics, observed
+
+
+def no_batches_message(dataloader: Any, description: str) -> str:
+    """Why an evaluation loader yielded nothing, and what to change: an empty dataset, or (on several processes) a
+    batch sampler that drops its last incomplete round (``dataloader_drop_last``, which sentence-transformers sets
+    on several processes), where the rows do not make one batch for every process."""
+    what = f"The {description.lower()} dataset yielded no batches"
+    holder: Any = dataloader.sampler if isinstance(getattr(dataloader, "sampler", None), torch.utils.data.BatchSampler) \
+        else getattr(dataloader, "batch_sampler", None)
+    processes = getattr(holder, "num_processes", 1)
+    try:
+        rows = len(dataloader.dataset)
+    except (AttributeError, TypeError):
+        rows = 0
+    if processes > 1 and rows and getattr(holder, "drop_last", False):
+        size = getattr(holder, "batch_size", None)
+        return (f"{what} on this process: its {rows} rows in batches of {size} do not make one full batch for each "
+                f"of the {processes} processes, and the batch sampler drops the last incomplete round "
+                "(dataloader_drop_last=True, which sentence-transformers sets on several processes). Use a smaller "
+                "per_device_eval_batch_size, more evaluation rows, or fewer processes.")
+    return f"{what}; pass a non-empty dataset (an IterableDataset must yield at least one example)."
 
 
 def _untold_last_rows(dataloader: Any, batch_size: int) -> int:
