@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import types
+import warnings
 import atexit
 import threading
 from dataclasses import dataclass
@@ -356,11 +357,13 @@ def _drop_known_references(groups: list[Any]) -> int:
 
 def _module_functions(module: types.ModuleType) -> list[types.FunctionType]:
     functions = []
-    for value in list(vars(module).values()):
-        if isinstance(value, types.FunctionType):
-            functions.append(value)
-        elif isinstance(value, type) and value.__module__ == module.__name__:
-            functions += [member for member in vars(value).values() if isinstance(member, types.FunctionType)]
+    with warnings.catch_warnings():  # a deprecated alias warns when looked at (torch.distributed.reduce_op)
+        warnings.simplefilter("ignore", FutureWarning)
+        for value in list(vars(module).values()):
+            if isinstance(value, types.FunctionType):
+                functions.append(value)
+            elif isinstance(value, type) and value.__module__ == module.__name__:
+                functions += [member for member in vars(value).values() if isinstance(member, types.FunctionType)]
     return functions
 
 
