@@ -20,7 +20,10 @@ TIMEOUT = 600
 
 def commands(library: str, argv: Sequence[str], *, ranks: int = 1) -> list[str]:
     """The command running a script (``argv``: its path then its arguments) under ``library`` on ``ranks``
-    processes (torchrun with gloo on the CPU for 2)."""
+    processes (torchrun with gloo on the CPU for 2): ``transformers`` (as written), ``trainwell`` (the import
+    changed), ``patch`` (``patch_transformers()`` first) or ``run`` (``trainwell run``, one process)."""
+    if library == "run":  # the script as written, launched by the trainwell command
+        return [sys.executable, "-m", "trainwell", "run", str(RUNNER), "transformers", *argv]
     if ranks == 1:
         return [sys.executable, str(RUNNER), library, *argv]
     return launch.torchrun(RUNNER, library, *argv, nproc=ranks)

@@ -1,6 +1,8 @@
 """Run an example script as ``__main__`` with either library's trainer: ``python run_example.py LIBRARY SCRIPT ARGS``.
 
-LIBRARY ``transformers`` runs the script as written. LIBRARY ``trainwell`` rewrites, at import time and in memory,
+LIBRARY ``transformers`` runs the script as written (under ``trainwell run run_example.py transformers ...``: the
+``trainwell run`` route), ``patch`` calls ``trainwell.patch_transformers()`` first (the patch route). LIBRARY
+``trainwell`` rewrites, at import time and in memory,
 every ``from transformers import ...`` / ``from transformers.trainer_utils import ...`` statement of the script and of
 the modules beside it (``trainer_qa``) so that each name trainwell provides comes from trainwell, the rest still from
 transformers: the port a user makes by changing one import, done mechanically, while the file on disk stays as it
@@ -88,8 +90,12 @@ def main(argv: list[str]) -> None:
     """Run ``argv[1]`` (a script path) as ``__main__`` with ``argv[2:]`` as its arguments, ported when ``argv[0]``
     is ``trainwell``."""
     library, script, *args = argv
-    if library not in ("transformers", "trainwell"):
-        raise SystemExit(f"run_example.py: LIBRARY must be 'transformers' or 'trainwell', not {library!r}")
+    if library not in ("transformers", "trainwell", "patch"):
+        raise SystemExit(f"run_example.py: LIBRARY must be 'transformers', 'trainwell' or 'patch', not {library!r}")
+    if library == "patch":  # the script as written, after trainwell.patch_transformers() (the patch route)
+        import trainwell
+
+        trainwell.patch_transformers()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("USE_TF", "0")
