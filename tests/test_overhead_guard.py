@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 # parameter groups (weights, biases), which the Trainer's optimizer keeps because users index them (with one group
 # in the hand loop, 8164: the second group is about 420 bytecodes of torch's optimizer and schedule). Before the step
 # became one StepRunner (closures, a copied fast path) and the backend's precision branches a disabled GradScaler,
-# trainwell ran 8563 (-0.6%): the readable step costs about 150 bytecodes per step (see the README's numbers).
+# trainwell ran 8563 (-0.6%): the readable step costs about 150 bytecodes per step (see docs/performance.md).
 MAX_EXTRA_BYTECODES = 0.02
 # Measured: 36 trainwell modules (49 before the loops, optimizer, schedules, collators and checkpoint files were loaded
 # where used; 66 before the integrations, checkpoint I/O and samplers were); 39 with TrainingArguments' two bases

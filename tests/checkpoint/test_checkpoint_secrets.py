@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
 import torch
 
 from helpers import RegressionModel, regression_data
@@ -32,6 +33,7 @@ def _files_holding(root: Path, secret: str) -> list[str]:
 
 
 def test_no_file_of_the_run_nor_its_log_holds_the_hub_token(tmp_path, caplog, capsys):
+    pytest.importorskip("huggingface_hub")  # create_model_card needs it (the `test` extra; not `test-fast`)
     out = tmp_path / "R"
     trainer = _trainer(out, 4, SECRET, eval_strategy="steps", eval_steps=2)
     trainer.add_callback(LogFileCallback(level=logging.INFO))

@@ -364,3 +364,24 @@ def test_a_store_left_behind_gets_the_resumed_checkpoint(tmp_path, s3, monkeypat
     assert store.read_marker("checkpoint-4") == json.loads((local / ".complete").read_text())
     assert [name for name, _ in store.complete()] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     _same_weights(reference, trainer)
+
+
+@pytest.mark.slow
+def test_the_endpoint_from_the_environment_and_a_missing_bucket(tmp_path, s3):
+    """The README's ways to a store that is not AWS: s3fs's ``client_kwargs`` (every test above) or the variable
+    ``AWS_ENDPOINT_URL``; and its word on the bucket: trainwell creates none, a missing one fails ``train()`` before
+    the first step."""
+    url = f"s3://tw-bucket/{uuid.uuid4().hex[:8]}"
+    credentials = {"key": s3["key"], "secret": s3["secret"]}  # no endpoint among the options
+    ran = _job(tmp_path, tmp_path / "env", url, credentials, 2, "none",
+               AWS_ENDPOINT_URL=s3["client_kwargs"]["endpoint_url"], AWS_DEFAULT_REGION="us-east-1")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert [name for name, _ in CheckpointStore(url, s3).complete()] == ["checkpoint-2"]
+    missing = _job(tmp_path, tmp_path / "missing", "s3://tw-no-such-bucket/run", s3, 2, "none")
+    assert missing.returncode != 0 and "The specified bucket does not exist" in missing.stderr, missing.stderr[-3000:]
+    assert not list((tmp_path / "missing").glob("checkpoint-*")) and not (tmp_path / "missing" / "final.pt").exists()
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3["client_kwargs"]["endpoint_url"], region_name="us-east-1",
+                          aws_access_key_id=s3["key"], aws_secret_access_key=s3["secret"])
+    assert "tw-no-such-bucket" not in [bucket["Name"] for bucket in client.list_buckets()["Buckets"]]

@@ -215,6 +215,8 @@ def test_resume_last_on_fresh_folder_is_one_line(tmp_path):
     (["generate", "{tmp}/plain"], "no config.json and vocab.json"),
 ])
 def test_errors_are_one_line(tmp_path, capsys, argv, expected):
+    if argv[0] == "plot":
+        pytest.importorskip("matplotlib")  # without it, the missing package is the error named first
     (tmp_path / "plain").mkdir()
     argv = [a.format(tmp=tmp_path) for a in argv]
     if argv[0] == "train":
@@ -272,6 +274,7 @@ def test_env_lists_versions_for_a_bug_report(capsys):
 
 
 def test_plot_writes_a_png_with_a_panel_per_quantity(finished_run, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     from trainwell.cli.commands.plot import _panels, collect_series
 
     out = tmp_path / "curves.png"
@@ -289,6 +292,7 @@ def test_plot_writes_a_png_with_a_panel_per_quantity(finished_run, tmp_path, cap
 
 
 def test_plot_of_a_running_run_reads_the_newest_checkpoint(finished_run, tmp_path):
+    pytest.importorskip("matplotlib")
     import shutil
 
     from trainwell.cli.commands.plot import find_state_file

@@ -1,5 +1,5 @@
 """The built-in recipe trains on one torch thread unless the user chose a count (OMP_NUM_THREADS): a second thread
-gains little for its small model and, on a busy 2-core machine, made the run 7x slower (README, Performance)."""
+gains little for its small model and, on a busy 2-core machine, made the run 7x slower (docs/performance.md)."""
 
 from __future__ import annotations
 

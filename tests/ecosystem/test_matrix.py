@@ -14,7 +14,7 @@ phase is held to upstream's:
 A phase upstream itself does not support (it raises there) must raise the same error here. One process per side per
 case runs every phase (the runs are shared by the phase tests of that case); the numbers of each case (largest
 relative difference, the resume's, wall time) go to ``matrix.json`` under pytest's base temporary folder and are
-printed (``-s``): the README's matrix table is made from them.
+printed (``-s``): docs/ecosystem.md's matrix table is made from them.
 """
 
 from __future__ import annotations

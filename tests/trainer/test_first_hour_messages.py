@@ -293,6 +293,7 @@ def test_a_text_column_names_the_column_and_the_three_fixes(tmp_path):
 
 
 def test_a_text_column_through_a_tokenizer_pad_names_the_column():
+    pytest.importorskip("transformers")
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 

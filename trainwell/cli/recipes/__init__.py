@@ -20,7 +20,7 @@ __all__ = ["Components", "Recipe", "RecipeError", "call_factory", "default_recip
            "DEFAULT_RECIPE_ARGS"]
 
 #: TrainingArguments of the default recipe (each can be overridden by a command-line flag). Sized so that the
-#: whole run takes about a minute of CPU time (README: "How long things take").
+#: whole run takes about a minute of CPU time (docs/performance.md: "How long things take").
 DEFAULT_RECIPE_ARGS: dict[str, Any] = {
     "output_dir": "trainwell-output",
     "max_steps": 800,
