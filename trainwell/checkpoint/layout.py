@@ -32,8 +32,10 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -291,34 +293,75 @@ def _fsync_file(path: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None) -> dict[str, dict]:
-    """fsync every file and folder under ``root``; returns ``{relative posix path: {"size", <algorithm>}}``.
+# At most this many fsyncs in flight at once (one thread each): concurrent fsyncs of one file system are committed
+# together by its journal (ext4's and XFS's group commit), so a batch costs about one commit, not one per file.
+_SYNC_THREADS = 16
 
-    Files in ``known`` (absolute path -> digest recorded while they were written, already fsynced) are not read
-    again; every other file (written by an engine: DeepSpeed, DCP) is fsynced and hashed here.
+
+def _together(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` concurrently (a thread each, up to ``_SYNC_THREADS``) and return their results in order; the
+    first error is raised once every call has returned."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
+    with ThreadPoolExecutor(max_workers=min(_SYNC_THREADS, len(calls)), thread_name_prefix="trainwell-fsync") as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [future.result() for future in futures]
+
+
+def fsync_files(paths: Iterable[str | os.PathLike]) -> None:
+    """fsync every file of ``paths``, concurrently (a rank's own checkpoint files before it reports them)."""
+    _together([partial(_fsync_file, Path(path)) for path in paths])
+
+
+def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None,
+                unsynced: Collection[str] = ()) -> dict[str, dict]:
+    """Make every file under ``root`` durable; returns ``{relative posix path: {"size", <algorithm>}}``.
+
+    Files in ``known`` (absolute path -> digest recorded while they were written) are not read again, and not
+    synced again unless their path is in ``unsynced`` (hashed while written, not yet fsynced); every other file
+    (written by an engine: DeepSpeed, DCP) is fsynced and hashed here. The fsyncs run concurrently. Folders are not
+    synced here: :func:`write_marker` syncs them once the marker is among their entries.
     """
     algorithm = default_algorithm()
     known = known or {}
+    unsynced = frozenset(unsynced)
     files: dict[str, dict] = {}
+    pending: list[tuple[str, Callable[[], FileDigest]]] = []
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
             rel = path.relative_to(root).as_posix()
             if rel == COMPLETE_MARKER:
                 continue
-            found = known.get(str(path.resolve()))
-            if found is None or found.size != path.stat().st_size:
-                _fsync_file(path)
-                found = hash_file(path, algorithm)
-            files[rel] = {"size": found.size, algorithm: found.digest}
-        _fsync_dir(Path(dirpath))
-    return files
+            resolved = str(path.resolve())
+            found = known.get(resolved)
+            if found is not None and found.size == path.stat().st_size:
+                files[rel] = {"size": found.size, algorithm: found.digest}
+                if resolved in unsynced:
+                    pending.append((rel, partial(_sync_known, path, found)))
+            else:
+                pending.append((rel, partial(_sync_and_hash, path, algorithm)))
+    for (rel, _), found in zip(pending, _together([call for _, call in pending])):
+        files[rel] = {"size": found.size, algorithm: found.digest}
+    return dict(sorted(files.items()))
+
+
+def _sync_known(path: Path, found: FileDigest) -> FileDigest:
+    _fsync_file(path)
+    return found
+
+
+def _sync_and_hash(path: Path, algorithm: str) -> FileDigest:
+    _fsync_file(path)
+    return hash_file(path, algorithm)
 
 
 def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]], *, run: str | None = None) -> None:
-    """Write the completion marker (with the file list) into ``folder`` and fsync it.
+    """Write the completion marker (with the file list) into ``folder``, then fsync it and every folder of the tree
+    (each once, concurrently: a folder's fsync makes the names of the files and of the marker in it durable).
 
-    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}``. The record:
+    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}``, and every file must
+    already be durable (:func:`_fsync_tree`). The record:
     ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}, "run": run}`` (``run``, the identity
     of the training run that saved it, only when given).
     """
@@ -330,8 +373,8 @@ def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]], *, run: s
     with open(marker, "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
         handle.flush()
-        os.fsync(handle.fileno())
-    _fsync_dir(folder)
+        folders = [Path(dirpath) for dirpath, _dirnames, _filenames in os.walk(folder)]
+        _together([partial(os.fsync, handle.fileno()), *(partial(_fsync_dir, path) for path in folders)])
 
 
 def read_marker(folder: str | os.PathLike) -> dict:
