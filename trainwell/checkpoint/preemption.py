@@ -57,11 +57,15 @@ class TrainingPreempted(SystemExit):
         self.signal_name, self.step, self.output, self.checkpoint = signal_name, step, output, checkpoint
 
 
-def _stderr_is_terminal() -> bool:
-    isatty = getattr(sys.stderr, "isatty", None)
+def _progress_bar_open() -> bool:
+    """Whether a tqdm progress bar is being drawn (the trainer's, or any other): then the current line of the
+    terminal or log file holds the bar, with no newline after it. tqdm keeps every open bar that is not disabled in
+    one class-wide set; a process that never imported tqdm has none."""
+    std = sys.modules.get("tqdm.std")
+    instances = getattr(getattr(std, "tqdm", None), "_instances", None)
     try:
-        return bool(isatty and isatty())
-    except ValueError:  # a closed stream
+        return bool(instances) and any(not getattr(bar, "disable", False) for bar in list(instances))
+    except TypeError:  # not tqdm's set: no bar we know how to see
         return False
 
 
@@ -91,8 +95,12 @@ class PreemptionGuard:
                 "without saving that checkpoint")
         self.requested = True
         self.signal_received = signum
-        if _stderr_is_terminal():  # a progress bar may be drawn on this line: start the message on its own
-            sys.stderr.write("\n")
+        if _progress_bar_open():  # the bar's line has no newline yet (a terminal or a pipe): end it first
+            try:
+                sys.stderr.write("\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):  # a closed or broken stderr: the log line below says it anyway
+                pass
         logger.warning("received %s: will save a checkpoint and stop after the current step",
                        signal.Signals(signum).name)
 
