@@ -178,7 +178,10 @@ def test_resume_auto_starts_fresh_then_resumes(tmp_path, caplog):
     trainer = _tiny_trainer(out_dir, max_steps=6)
     with caplog.at_level("WARNING", logger="trainwell"):
         result = trainer.train(resume_from_checkpoint="auto")
-    assert "resuming from the newest checkpoint" in caplog.text and "checkpoint-4" in caplog.text
+    resumed = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert len(resumed) == 1, resumed  # one line, not an 'auto' line and a True line
+    assert resumed[0].startswith(f"resume_from_checkpoint='auto': resuming from {out_dir / 'checkpoint-4'}, the newest")
+    assert resumed[0].endswith("(local; an older one is used if it is damaged)")
     assert result.global_step == 6 and trainer.state.log_history[0]["step"] == 1  # history carried over
 
 
@@ -188,7 +191,7 @@ def test_resume_auto_from_training_arguments(tmp_path, caplog):
     trainer = _tiny_trainer(out_dir, max_steps=6, resume_from_checkpoint="auto")
     with caplog.at_level("WARNING", logger="trainwell"):
         trainer.train()
-    assert "resuming from the newest checkpoint" in caplog.text
+    assert "resume_from_checkpoint='auto': resuming from" in caplog.text
 
 
 @pytest.mark.slow

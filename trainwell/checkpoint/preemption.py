@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..runtime.distributed import any_rank
+from ..utils.progress_bars import end_progress_bar_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -55,18 +55,6 @@ class TrainingPreempted(SystemExit):
         super().__init__(f"training preempted by {signal_name} at step {step} ({where})")
         self.code = 128 + int(getattr(signal, signal_name, signal.SIGTERM))
         self.signal_name, self.step, self.output, self.checkpoint = signal_name, step, output, checkpoint
-
-
-def _progress_bar_open() -> bool:
-    """Whether a tqdm progress bar is being drawn (the trainer's, or any other): then the current line of the
-    terminal or log file holds the bar, with no newline after it. tqdm keeps every open bar that is not disabled in
-    one class-wide set; a process that never imported tqdm has none."""
-    std = sys.modules.get("tqdm.std")
-    instances = getattr(getattr(std, "tqdm", None), "_instances", None)
-    try:
-        return bool(instances) and any(not getattr(bar, "disable", False) for bar in list(instances))
-    except TypeError:  # not tqdm's set: no bar we know how to see
-        return False
 
 
 class PreemptionGuard:
@@ -95,12 +83,7 @@ class PreemptionGuard:
                 "without saving that checkpoint")
         self.requested = True
         self.signal_received = signum
-        if _progress_bar_open():  # the bar's line has no newline yet (a terminal or a pipe): end it first
-            try:
-                sys.stderr.write("\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):  # a closed or broken stderr: the log line below says it anyway
-                pass
+        end_progress_bar_line()  # a bar's line has no newline yet (on a terminal or in a pipe): end it first
         logger.warning("received %s: will save a checkpoint and stop after the current step",
                        signal.Signals(signum).name)
 
