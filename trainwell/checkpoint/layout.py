@@ -32,19 +32,19 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR, is_checkpoint_name
-from .digest import FileDigest, default_algorithm, hash_file
+from .digest import default_algorithm, hash_file
+# the file syncs live in .sync; their names stay importable from here (callers and tests use layout's)
+from .sync import COMPLETE_MARKER, _fsync_dir, _fsync_file, _fsync_tree, _together, fsync_files  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-COMPLETE_MARKER = ".complete"
 MARKER_FORMAT = 2  # the marker record: every file with its size and checksum
 TMP_PREFIX = ".tmp-"
 
@@ -67,13 +67,6 @@ _re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-(\d+)(\.old|\
 # ".tmp-universal-global_step6-4242": DeepSpeed's universal conversion of a checkpoint resumed on another number of
 # processes (trainwell.backends.deepspeed.universal), by process 4242; never promoted, only removed when that died.
 _re_tmp_conversion = re.compile(r"^\.tmp-universal-(.+)-(\d+)$")
-
-# errnos of a directory fsync that mean "this file system cannot fsync a directory" (ignored); any other error
-# (EIO above all) means the rename may not be durable and is raised.
-_FSYNC_UNSUPPORTED = frozenset(code for code in (
-    errno.EINVAL, getattr(errno, "ENOTSUP", None), getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS, errno.EBADF,
-    errno.EISDIR) if code is not None)
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint folder or file is missing, incomplete, truncated or does not match the model.
@@ -270,90 +263,6 @@ def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = Fals
         else:
             logger.warning("could not delete incomplete checkpoint folder %s; delete it by hand", path)
     return removed
-
-
-def _fsync_dir(path: Path) -> None:
-    """fsync a directory (makes a rename in it durable); raises unless the file system cannot fsync directories."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # Windows cannot open directories; their metadata is durable on close there
-        return
-    try:
-        os.fsync(fd)
-    except OSError as err:
-        if err.errno not in _FSYNC_UNSUPPORTED:
-            raise OSError(err.errno, f"fsync of the folder {path} failed ({err.strerror}): the renames in it may not "
-                          "be on disk; check the disk (dmesg) before trusting its checkpoints") from err
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as handle:
-        os.fsync(handle.fileno())
-
-
-# At most this many fsyncs in flight at once (one thread each): concurrent fsyncs of one file system are committed
-# together by its journal (ext4's and XFS's group commit), so a batch costs about one commit, not one per file.
-_SYNC_THREADS = 16
-
-
-def _together(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run ``calls`` concurrently (a thread each, up to ``_SYNC_THREADS``) and return their results in order; the
-    first error is raised once every call has returned."""
-    if len(calls) <= 1:
-        return [call() for call in calls]
-    with ThreadPoolExecutor(max_workers=min(_SYNC_THREADS, len(calls)), thread_name_prefix="trainwell-fsync") as pool:
-        futures = [pool.submit(call) for call in calls]
-    return [future.result() for future in futures]
-
-
-def fsync_files(paths: Iterable[str | os.PathLike]) -> None:
-    """fsync every file of ``paths``, concurrently (a rank's own checkpoint files before it reports them)."""
-    _together([partial(_fsync_file, Path(path)) for path in paths])
-
-
-def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None,
-                unsynced: Collection[str] = ()) -> dict[str, dict]:
-    """Make every file under ``root`` durable; returns ``{relative posix path: {"size", <algorithm>}}``.
-
-    Files in ``known`` (absolute path -> digest recorded while they were written) are not read again, and not
-    synced again unless their path is in ``unsynced`` (hashed while written, not yet fsynced); every other file
-    (written by an engine: DeepSpeed, DCP) is fsynced and hashed here. The fsyncs run concurrently. Folders are not
-    synced here: :func:`write_marker` syncs them once the marker is among their entries.
-    """
-    algorithm = default_algorithm()
-    known = known or {}
-    unsynced = frozenset(unsynced)
-    files: dict[str, dict] = {}
-    pending: list[tuple[str, Callable[[], FileDigest]]] = []
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            if rel == COMPLETE_MARKER:
-                continue
-            resolved = str(path.resolve())
-            found = known.get(resolved)
-            if found is not None and found.size == path.stat().st_size:
-                files[rel] = {"size": found.size, algorithm: found.digest}
-                if resolved in unsynced:
-                    pending.append((rel, partial(_sync_known, path, found)))
-            else:
-                pending.append((rel, partial(_sync_and_hash, path, algorithm)))
-    for (rel, _), found in zip(pending, _together([call for _, call in pending])):
-        files[rel] = {"size": found.size, algorithm: found.digest}
-    return dict(sorted(files.items()))
-
-
-def _sync_known(path: Path, found: FileDigest) -> FileDigest:
-    _fsync_file(path)
-    return found
-
-
-def _sync_and_hash(path: Path, algorithm: str) -> FileDigest:
-    _fsync_file(path)
-    return hash_file(path, algorithm)
 
 
 def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]], *, run: str | None = None) -> None:
