@@ -65,7 +65,7 @@ def test_one_summary_within_80_columns(finished_run):
     lines = out[out.index("trainwell train: summary"):].splitlines()
     assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
     assert not any(line.startswith(("|", "+")) for line in lines)  # no borders a '|' of the sample could imitate
-    sample = out[out.index("sample (after 'Return the '):"):].splitlines()[1:]
+    sample = out[out.index("sample (after 'Return the ', temperature 0.8, seed 0):"):].splitlines()[1:]
     assert sample and all(line.startswith("    ") for line in sample if line)
     assert sample[0].strip().startswith("Return the")
 
@@ -322,6 +322,19 @@ def test_generate_samples_from_the_saved_model(finished_run, capsys):
     assert main(argv) == 0 and capsys.readouterr().out == first  # deterministic for a seed
     checkpoint = sorted(finished_run["dir"].glob("checkpoint-*"))[-1]
     assert main(["generate", str(checkpoint), "def f", "--length", "5"]) == 0  # config found in the parent
+
+
+def test_the_summary_sample_is_the_start_of_what_generate_prints(finished_run, capsys):
+    """Same prompt, same decoding (temperature, seed) as ``trainwell generate``'s defaults: the summary's sample is
+    the beginning of generate's (which used to sample with the training seed instead: another text)."""
+    from trainwell.cli.commands.generate import load_charlm
+    from trainwell.cli.recipes import SAMPLE_PROMPT, summary_sample
+
+    model, vocab = load_charlm(finished_run["dir"])
+    sample = summary_sample(model, vocab)
+    assert main(["generate", str(finished_run["dir"])]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(SAMPLE_PROMPT + sample) and len(printed) > len(SAMPLE_PROMPT + sample)
 
 
 @pytest.mark.slow
