@@ -380,3 +380,27 @@ def test_the_lease_beats_while_an_upload_runs_and_stops_the_run_once_taken_over(
         released.set()
         uploader.close()
     assert _store_names(url) == [] and store.read_marker("checkpoint-2") is None  # no marker after the takeover
+
+
+def test_uploads_and_the_resume_line_say_where_at_the_default_verbosity(tmp_path, url, caplog):
+    """One warning-level line per finished upload (checkpoint and URL); one resume line, saying whether the
+    checkpoint was downloaded from the store (and from where) or found on the local disk."""
+    with caplog.at_level("WARNING", logger="trainwell"):
+        _train(tmp_path / "first", store=url, stop=4)
+    uploads = [r.getMessage() for r in caplog.records if "uploaded" in r.getMessage()]
+    assert [line.split(" (")[0] for line in uploads] == [
+        f"checkpoint_store: uploaded checkpoint-{step} to {url}/checkpoint-{step}" for step in (2, 4)]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainwell"):
+        _train(tmp_path / "fresh", store=url, resume="auto", max_steps=6)
+    resumed = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert len(resumed) == 1 and resumed[0].startswith(
+        f"resume_from_checkpoint='auto': resuming from {tmp_path / 'fresh' / 'checkpoint-4'}, the newest"), resumed
+    assert f"(downloaded from {url}/checkpoint-4; an older one is used if it is damaged)" in resumed[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trainwell"):
+        _train(tmp_path / "fresh", store=url, resume=True, max_steps=8)
+    resumed = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert len(resumed) == 1 and resumed[0].startswith("resume_from_checkpoint=True: resuming from "
+                                                       f"{tmp_path / 'fresh' / 'checkpoint-6'}, the newest"), resumed
+    assert "(local; an older one is used if it is damaged)" in resumed[0]

@@ -65,7 +65,7 @@ def test_one_summary_within_80_columns(finished_run):
     lines = out[out.index("trainwell train: summary"):].splitlines()
     assert max(len(line) for line in lines) <= 80, [line for line in lines if len(line) > 80]
     assert not any(line.startswith(("|", "+")) for line in lines)  # no borders a '|' of the sample could imitate
-    sample = out[out.index("sample (after 'Return the '):"):].splitlines()[1:]
+    sample = out[out.index("sample (after 'Return the ', temperature 0.8, seed 0):"):].splitlines()[1:]
     assert sample and all(line.startswith("    ") for line in sample if line)
     assert sample[0].strip().startswith("Return the")
 
@@ -178,7 +178,10 @@ def test_resume_auto_starts_fresh_then_resumes(tmp_path, caplog):
     trainer = _tiny_trainer(out_dir, max_steps=6)
     with caplog.at_level("WARNING", logger="trainwell"):
         result = trainer.train(resume_from_checkpoint="auto")
-    assert "resuming from the newest checkpoint" in caplog.text and "checkpoint-4" in caplog.text
+    resumed = [r.getMessage() for r in caplog.records if "resuming from" in r.getMessage()]
+    assert len(resumed) == 1, resumed  # one line, not an 'auto' line and a True line
+    assert resumed[0].startswith(f"resume_from_checkpoint='auto': resuming from {out_dir / 'checkpoint-4'}, the newest")
+    assert resumed[0].endswith("(local; an older one is used if it is damaged)")
     assert result.global_step == 6 and trainer.state.log_history[0]["step"] == 1  # history carried over
 
 
@@ -188,7 +191,7 @@ def test_resume_auto_from_training_arguments(tmp_path, caplog):
     trainer = _tiny_trainer(out_dir, max_steps=6, resume_from_checkpoint="auto")
     with caplog.at_level("WARNING", logger="trainwell"):
         trainer.train()
-    assert "resuming from the newest checkpoint" in caplog.text
+    assert "resume_from_checkpoint='auto': resuming from" in caplog.text
 
 
 @pytest.mark.slow
@@ -323,6 +326,19 @@ def test_generate_samples_from_the_saved_model(finished_run, capsys):
     assert main(argv) == 0 and capsys.readouterr().out == first  # deterministic for a seed
     checkpoint = sorted(finished_run["dir"].glob("checkpoint-*"))[-1]
     assert main(["generate", str(checkpoint), "def f", "--length", "5"]) == 0  # config found in the parent
+
+
+def test_the_summary_sample_is_the_start_of_what_generate_prints(finished_run, capsys):
+    """Same prompt, same decoding (temperature, seed) as ``trainwell generate``'s defaults: the summary's sample is
+    the beginning of generate's (which used to sample with the training seed instead: another text)."""
+    from trainwell.cli.commands.generate import load_charlm
+    from trainwell.cli.recipes import SAMPLE_PROMPT, summary_sample
+
+    model, vocab = load_charlm(finished_run["dir"])
+    sample = summary_sample(model, vocab)
+    assert main(["generate", str(finished_run["dir"])]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(SAMPLE_PROMPT + sample) and len(printed) > len(SAMPLE_PROMPT + sample)
 
 
 @pytest.mark.slow

@@ -3,8 +3,8 @@
 :meth:`AsyncSaver.save` copies every state dict of a :class:`~trainwell.checkpoint.manager.CheckpointContents`
 (model weights, optimizer, scheduler, extras) into host buffers, captures the RNG states and deep-copies the small
 parts (trainer state, data position), then hands the copy to one background thread, which runs the ordinary
-commit protocol (:mod:`trainwell.checkpoint.commit`: temporary folder, files hashed and fsynced as written, marker,
-rename) and the rotation. So the crash guarantees are those of a synchronous save: a kill during the background
+commit protocol (:mod:`trainwell.checkpoint.commit`: temporary folder, files hashed as written and fsynced together,
+marker, rename) and the rotation. So the crash guarantees are those of a synchronous save: a kill during the background
 write leaves the previous checkpoint as the newest valid one.
 
 - The host buffers are reused from one save to the next (no page faults after the first save; pinned memory for

@@ -4,9 +4,11 @@ The hash is xxHash's XXH3-128 (``xxhash`` package, several GB/s), or BLAKE2b-128
 ``xxhash`` is not installed; the marker records which one was used, so a checkpoint is verified with its own
 algorithm.
 
-Writers inside a :func:`recording` block (:func:`write_bytes`, :func:`torch_save`) hash and fsync the file as they
-write it and record ``{path: FileDigest}``; the commit then hashes only the files written by engines (DeepSpeed,
-DCP), which it cannot see being written. This module imports neither torch nor numpy at import time.
+Writers inside a :func:`recording` block (:func:`write_bytes`, :func:`torch_save`) hash the file as they write it
+and record ``{path: FileDigest}``; the commit then hashes only the files written by engines (DeepSpeed, DCP), which
+it cannot see being written. Outside a block a writer fsyncs the file when it closes it; inside one the fsync is
+the commit's, which syncs every file of the checkpoint once, all together (see :mod:`.commit`). This module imports
+neither torch nor numpy at import time.
 """
 
 from __future__ import annotations
@@ -74,7 +76,11 @@ def hash_file(path: str | os.PathLike, algorithm: str | None = None) -> FileDige
 
 @contextmanager
 def recording() -> Iterator[dict[str, FileDigest]]:
-    """Collect ``{absolute path: FileDigest}`` of the files written through this module inside the block."""
+    """Collect ``{absolute path: FileDigest}`` of the files written through this module inside the block.
+
+    The files are closed without an fsync: whoever records them makes them durable (the commit's seal, or
+    :func:`trainwell.checkpoint.layout.fsync_files` before a rank reports them).
+    """
     found: dict[str, FileDigest] = {}
     token = _recorder.set(found)
     try:
@@ -104,12 +110,14 @@ class HashingWriter:
         self._handle.flush()
 
     def close(self) -> FileDigest:
-        """Flush, fsync and close; records the digest when a :func:`recording` block is active."""
+        """Flush and close; records the digest when a :func:`recording` block is active (the recorder syncs the
+        file later), else fsyncs the file first."""
+        found = _recorder.get()
         self._handle.flush()
-        os.fsync(self._handle.fileno())
+        if found is None:
+            os.fsync(self._handle.fileno())
         self._handle.close()
         result = FileDigest(self._size, self._hasher.hexdigest())
-        found = _recorder.get()
         if found is not None:
             found[str(self.path.resolve())] = result
         return result
@@ -120,7 +128,7 @@ class HashingWriter:
 
 
 def write_bytes(path: str | os.PathLike, data: bytes) -> FileDigest:
-    """Write ``data`` to ``path`` (hashed, fsynced, recorded)."""
+    """Write ``data`` to ``path`` (hashed; recorded, or fsynced outside a :func:`recording` block)."""
     writer = HashingWriter(path)
     try:
         writer.write(data)
@@ -131,7 +139,8 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> FileDigest:
 
 
 def torch_save(obj: Any, path: str | os.PathLike) -> FileDigest:
-    """``torch.save(obj, path)``, hashing the bytes as torch writes them (fsynced, recorded)."""
+    """``torch.save(obj, path)``, hashing the bytes as torch writes them (recorded, or fsynced outside a
+    :func:`recording` block)."""
     import torch
 
     writer = HashingWriter(path)

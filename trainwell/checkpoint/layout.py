@@ -34,15 +34,17 @@ import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ..utils.checkpoint_names import PREFIX_CHECKPOINT_DIR, is_checkpoint_name
-from .digest import FileDigest, default_algorithm, hash_file
+from .digest import default_algorithm, hash_file
+# the file syncs live in .sync; their names stay importable from here (callers and tests use layout's)
+from .sync import COMPLETE_MARKER, _fsync_dir, _fsync_file, _fsync_tree, _together, fsync_files  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-COMPLETE_MARKER = ".complete"
 MARKER_FORMAT = 2  # the marker record: every file with its size and checksum
 TMP_PREFIX = ".tmp-"
 
@@ -65,13 +67,6 @@ _re_tmp = re.compile(r"^\.tmp-(" + PREFIX_CHECKPOINT_DIR + r"-\d+)-(\d+)(\.old|\
 # ".tmp-universal-global_step6-4242": DeepSpeed's universal conversion of a checkpoint resumed on another number of
 # processes (trainwell.backends.deepspeed.universal), by process 4242; never promoted, only removed when that died.
 _re_tmp_conversion = re.compile(r"^\.tmp-universal-(.+)-(\d+)$")
-
-# errnos of a directory fsync that mean "this file system cannot fsync a directory" (ignored); any other error
-# (EIO above all) means the rename may not be durable and is raised.
-_FSYNC_UNSUPPORTED = frozenset(code for code in (
-    errno.EINVAL, getattr(errno, "ENOTSUP", None), getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS, errno.EBADF,
-    errno.EISDIR) if code is not None)
-
 
 class CheckpointError(RuntimeError):
     """A checkpoint folder or file is missing, incomplete, truncated or does not match the model.
@@ -270,55 +265,12 @@ def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = Fals
     return removed
 
 
-def _fsync_dir(path: Path) -> None:
-    """fsync a directory (makes a rename in it durable); raises unless the file system cannot fsync directories."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # Windows cannot open directories; their metadata is durable on close there
-        return
-    try:
-        os.fsync(fd)
-    except OSError as err:
-        if err.errno not in _FSYNC_UNSUPPORTED:
-            raise OSError(err.errno, f"fsync of the folder {path} failed ({err.strerror}): the renames in it may not "
-                          "be on disk; check the disk (dmesg) before trusting its checkpoints") from err
-    finally:
-        os.close(fd)
-
-
-def _fsync_file(path: Path) -> None:
-    with open(path, "rb+") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_tree(root: Path, known: Mapping[str, FileDigest] | None = None) -> dict[str, dict]:
-    """fsync every file and folder under ``root``; returns ``{relative posix path: {"size", <algorithm>}}``.
-
-    Files in ``known`` (absolute path -> digest recorded while they were written, already fsynced) are not read
-    again; every other file (written by an engine: DeepSpeed, DCP) is fsynced and hashed here.
-    """
-    algorithm = default_algorithm()
-    known = known or {}
-    files: dict[str, dict] = {}
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for name in filenames:
-            path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            if rel == COMPLETE_MARKER:
-                continue
-            found = known.get(str(path.resolve()))
-            if found is None or found.size != path.stat().st_size:
-                _fsync_file(path)
-                found = hash_file(path, algorithm)
-            files[rel] = {"size": found.size, algorithm: found.digest}
-        _fsync_dir(Path(dirpath))
-    return files
-
-
 def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]], *, run: str | None = None) -> None:
-    """Write the completion marker (with the file list) into ``folder`` and fsync it.
+    """Write the completion marker (with the file list) into ``folder``, then fsync it and every folder of the tree
+    (each once, concurrently: a folder's fsync makes the names of the files and of the marker in it durable).
 
-    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}``. The record:
+    ``files`` maps each relative path to ``{"size": bytes, "<algorithm>": hex digest}``, and every file must
+    already be durable (:func:`_fsync_tree`). The record:
     ``{"format": 2, "created": time, "checksum": algorithm, "files": {...}, "run": run}`` (``run``, the identity
     of the training run that saved it, only when given).
     """
@@ -330,8 +282,8 @@ def write_marker(folder: Path, files: Mapping[str, Mapping[str, Any]], *, run: s
     with open(marker, "w", encoding="utf-8") as handle:
         json.dump(record, handle, indent=1, sort_keys=True)
         handle.flush()
-        os.fsync(handle.fileno())
-    _fsync_dir(folder)
+        folders = [Path(dirpath) for dirpath, _dirnames, _filenames in os.walk(folder)]
+        _together([partial(os.fsync, handle.fileno()), *(partial(_fsync_dir, path) for path in folders)])
 
 
 def read_marker(folder: str | os.PathLike) -> dict:

@@ -114,7 +114,7 @@ def with_rank_parts(rng_state: dict[str, Any], parts: dict[str, Any]) -> dict[st
 
 
 def _torch_save(obj: Any, path: Path) -> None:
-    """``torch.save``, hashed and fsynced as it writes (the checksum goes into the marker)."""
+    """``torch.save``, hashed as it writes (the checksum goes into the marker; the commit fsyncs it)."""
     torch_save(obj, path)
 
 

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ..runtime.distributed import any_rank
+from ..utils.progress_bars import end_progress_bar_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -55,14 +55,6 @@ class TrainingPreempted(SystemExit):
         super().__init__(f"training preempted by {signal_name} at step {step} ({where})")
         self.code = 128 + int(getattr(signal, signal_name, signal.SIGTERM))
         self.signal_name, self.step, self.output, self.checkpoint = signal_name, step, output, checkpoint
-
-
-def _stderr_is_terminal() -> bool:
-    isatty = getattr(sys.stderr, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:  # a closed stream
-        return False
 
 
 class PreemptionGuard:
@@ -91,8 +83,7 @@ class PreemptionGuard:
                 "without saving that checkpoint")
         self.requested = True
         self.signal_received = signum
-        if _stderr_is_terminal():  # a progress bar may be drawn on this line: start the message on its own
-            sys.stderr.write("\n")
+        end_progress_bar_line()  # a bar's line has no newline yet (on a terminal or in a pipe): end it first
         logger.warning("received %s: will save a checkpoint and stop after the current step",
                        signal.Signals(signum).name)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from . import store as store_module
 from .layout import CheckpointError
 from .store import CheckpointStore, StoreLockLostError
+from ..utils.progress_bars import above_progress_bars
 
 logger = logging.getLogger(__name__)
 
@@ -103,8 +104,9 @@ class StoreUploader:
             self.stats.uploaded += 1
             self.stats.bytes += size
             self.stats.upload_s += took
-            logger.info("uploaded %s to %s (%.1f MB in %.2f s, in the background)", folder.name, self.store.url,
-                        size / 1e6, took)
+            with above_progress_bars():  # this thread's line, drawn above the training thread's bar
+                logger.warning("checkpoint_store: uploaded %s to %s/%s (%.1f MB in %.2f s, in the background)",
+                               folder.name, self.store.url, folder.name, size / 1e6, took)
             if rotate is not None:
                 rotate()
 

@@ -106,7 +106,8 @@ def write_streamed_file(stream: StreamedWeights, indices: list[int], path: Path,
                         metadata: dict[str, str]) -> None:
     """Write tensors ``indices`` of ``stream`` (consecutive, in order) to the safetensors file ``path``.
 
-    The file is hashed, fsynced and recorded as it is written (:mod:`.digest`); each tensor is dropped once written.
+    The file is hashed and recorded as it is written (:mod:`.digest`; fsynced by the commit, or on close outside
+    one); each tensor is dropped once written.
     """
     entries = [stream.entries[i] for i in indices]
     header = _header(entries, metadata)

@@ -38,6 +38,7 @@ from .layout import (
 )
 from . import digest
 from .stream import plan_streamed_shards, write_streamed_file, StreamedWeights
+from ..utils.idle_engines import deepspeed_stays_unimported
 
 logger = logging.getLogger(__name__)
 
@@ -238,7 +239,8 @@ def save_model_weights(model_or_state_dict: "nn.Module | Mapping[str, torch.Tens
     save_pretrained = getattr(model, "save_pretrained", None)
     if model is not None and save_pretrained is not None:
         sd = state_dict if state_dict is not None else model.state_dict()
-        save_pretrained(folder, state_dict=sd, safe_serialization=safe_serialization)
+        with deepspeed_stays_unimported():  # transformers' unwrap would import an unused DeepSpeed (5 s)
+            save_pretrained(folder, state_dict=sd, safe_serialization=safe_serialization)
         return sorted(p for p in folder.iterdir() if p.is_file())
     if state_dict is None:
         state_dict = model_or_state_dict if isinstance(model_or_state_dict, Mapping) else model_or_state_dict.state_dict()

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..arguments import CLIError, RaisingArgumentParser, positive_int
 
 from ..recipes import MODEL_CONFIG_NAME as CONFIG_NAME
-from ..recipes import MODEL_TYPE
+from ..recipes import MODEL_TYPE, SAMPLE_PROMPT, SAMPLE_SEED, SAMPLE_TEMPERATURE
 # torch and the model load when the command runs: `trainwell generate --help` starts without them.
 
 
@@ -71,10 +71,13 @@ def run(argv: list[str]) -> int:
     parser = RaisingArgumentParser(prog="trainwell generate",
                                    description="Continue a prompt with the model of a built-in-recipe run.")
     parser.add_argument("output_dir", help="the output_dir of a 'trainwell train' run (or one of its checkpoints)")
-    parser.add_argument("prompt", nargs="?", default="Return the ", help="the text to continue")
+    parser.add_argument("prompt", nargs="?", default=SAMPLE_PROMPT,
+                        help=f"the text to continue (default {SAMPLE_PROMPT!r}, the training summary's)")
     parser.add_argument("--length", type=positive_int, default=200, help="characters to generate (default 200)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--temperature", type=float, default=SAMPLE_TEMPERATURE,
+                        help=f"sampling temperature (default {SAMPLE_TEMPERATURE}, as the training summary's sample)")
+    parser.add_argument("--seed", type=int, default=SAMPLE_SEED,
+                        help=f"sampling seed (default {SAMPLE_SEED}, as the training summary's sample)")
     ns = parser.parse_args(argv)
     if not ns.temperature > 0:
         raise CLIError(f"--temperature must be > 0, got {ns.temperature}")

@@ -44,6 +44,11 @@ DEFAULT_RECIPE_ARGS: dict[str, Any] = {
 #: Model and data sizes of the default recipe.
 DEFAULT_MODEL_KWARGS: dict[str, Any] = {"d_model": 96, "n_layers": 2, "n_heads": 4, "block_size": 64}
 SAMPLE_PROMPT = "Return the "
+#: How the built-in model is sampled, in the summary and by default in ``trainwell generate`` (so the summary's
+#: sample is the beginning of what ``trainwell generate OUTPUT_DIR`` prints for the same prompt).
+SAMPLE_TEMPERATURE = 0.8
+SAMPLE_SEED = 0
+SAMPLE_LENGTH = 80  # characters in the summary (generate's default is longer)
 #: The built-in model's config file (next to its weights) and its model type, read by ``trainwell generate``.
 MODEL_CONFIG_NAME = "config.json"
 MODEL_TYPE = "trainwell-charlm"
@@ -71,8 +76,21 @@ def _finish_default(components: Components, trainer: Any) -> list[tuple[str, str
         vocab.save_pretrained(trainer.args.output_dir)
         config = {"model_type": MODEL_TYPE, **components.model.config}
         (Path(trainer.args.output_dir) / MODEL_CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
-    sample = charlm.generate(trainer.model, vocab, SAMPLE_PROMPT, n=80, seed=trainer.args.seed)
-    return [(f"sample (after {SAMPLE_PROMPT!r})", SAMPLE_PROMPT + sample + "\n")]
+    return [(sample_label(), SAMPLE_PROMPT + summary_sample(trainer.model, vocab) + "\n")]
+
+
+def summary_sample(model: Any, vocab: Any) -> str:
+    """The summary's continuation of :data:`SAMPLE_PROMPT`: ``trainwell generate``'s decoding (temperature, seed),
+    :data:`SAMPLE_LENGTH` characters."""
+    from . import charlm
+
+    return charlm.generate(model, vocab, SAMPLE_PROMPT, n=SAMPLE_LENGTH, temperature=SAMPLE_TEMPERATURE,
+                           seed=SAMPLE_SEED)
+
+
+def sample_label() -> str:
+    """The summary's label of the sample: the prompt and the decoding, which ``trainwell generate`` uses too."""
+    return f"sample (after {SAMPLE_PROMPT!r}, temperature {SAMPLE_TEMPERATURE}, seed {SAMPLE_SEED})"
 
 
 #: Environment variable that lowers (or raises) the built-in recipe's default ``max_steps`` without a flag, so the

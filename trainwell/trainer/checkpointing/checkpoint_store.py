@@ -30,6 +30,7 @@ class StoreSync:
         self.store, self.save_total_limit = store, save_total_limit
         self.uploader: StoreUploader | None = None
         self.stats: UploadStats | None = None  # the last train() call's uploads (kept after it returns)
+        self.downloaded: dict[str, str] = {}  # local folder name -> the store URL it was downloaded from
         self._owner: str | None = None
 
     @classmethod
@@ -113,6 +114,7 @@ class StoreSync:
         (:meth:`resume_for`; rank 0's answer on every rank) and the saving ranks' download of the checkpoint to
         resume when ``output_dir`` lacks it (:meth:`fetch`). Returns the resume argument to use. A hyper-parameter
         search's ``trial`` (each in its own empty ``output_dir``, one store) never takes None as a resume."""
+        self.downloaded = {}
         if args.should_save and not trial:
             resume_from_checkpoint = self.resume_for(resume_from_checkpoint, output_dir,
                                                      overwrite=bool(args.overwrite_output_dir))
@@ -124,6 +126,10 @@ class StoreSync:
         if args.should_save:
             self.fetch(resume_from_checkpoint, output_dir)
         return resume_from_checkpoint
+
+    def source_of(self, folder: Path) -> str | None:
+        """The store URL ``folder`` was downloaded from by this run's start, or None (it was on the local disk)."""
+        return self.downloaded.get(Path(folder).name)
 
     def start(self, args: Any, output_dir: str, folder: Path | None, run: str | None) -> None:
         """World process zero, the store's lock held, once the run knows where it starts: a fresh run warns about
@@ -196,6 +202,7 @@ class StoreSync:
     def _download(self, name: str, output_dir: str, found: list[tuple[str, dict[str, Any]]], why: str) -> Path:
         """Download ``name`` and the best checkpoint it names (when the store holds it)."""
         folder = self.store.download(name, output_dir)
+        self.downloaded[Path(folder).name] = f"{self.store.url}/{name}"
         logger.warning("checkpoint_store: %s/%s (%s) is in %s", self.store.url, name, why, folder)
         best = best_named_in(folder)
         if best is not None and best != name and best in {n for n, _ in found}:

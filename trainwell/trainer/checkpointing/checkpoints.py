@@ -203,6 +203,7 @@ class TrainerCheckpoints:
                 resume_from_checkpoint = self.store.resolve(self.args, self.output_dir, resume_from_checkpoint,
                                                             trial=trial)
             self._wait_for_cleanup()
+            asked = resume_from_checkpoint
             resume_from_checkpoint = resolve_auto(resume_from_checkpoint, self.args.output_dir)
             self.resume_with_fallback = resume_from_checkpoint is True
             folder = self.manager.resolve_resume(resume_from_checkpoint)
@@ -214,9 +215,11 @@ class TrainerCheckpoints:
         except BaseException:
             self.release_output_dir()
             raise
-        if resume_from_checkpoint is True and folder is not None:
-            logger.warning("resume_from_checkpoint=True: resuming from %s, the newest checkpoint of %s", folder,
-                           self.args.output_dir)
+        if resume_from_checkpoint is True and folder is not None:  # the one line a resume prints ('auto' too)
+            source = self.store.source_of(folder) if self.store is not None else None
+            logger.warning("resume_from_checkpoint=%s: resuming from %s, the newest checkpoint of %s (%s; an older "
+                           "one is used if it is damaged)", "'auto'" if asked != resume_from_checkpoint else "True",
+                           folder, self.args.output_dir, f"downloaded from {source}" if source else "local")
         self._warn_foreign_checkpoints(folder)
         self.last, self.resumed_from = None, folder
         return folder

@@ -50,15 +50,14 @@ def resolve_auto(resume_from_checkpoint: str | bool | None, output_dir: str | No
     """``"auto"``: True (newest valid checkpoint, with fallback) when ``output_dir`` holds one, else None (fresh);
     any other value as it is.
 
-    One command then serves the first attempt of a job and every requeued one; the choice is logged."""
+    One command then serves the first attempt of a job and every requeued one; a fresh start is logged here, a
+    resume by the line that names the checkpoint (one line either way)."""
     from ...checkpoint.layout import list_resumable_checkpoints
 
     if not (isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() == "auto"):
         return resume_from_checkpoint
     found = list_resumable_checkpoints(output_dir) if output_dir else []
     if found:
-        logger.warning("resume_from_checkpoint='auto': resuming from the newest checkpoint of %s (%s; an older "
-                       "one is used if it is damaged)", output_dir, found[-1].name)
         return True
     logger.warning("resume_from_checkpoint='auto': no checkpoint in %s; training from scratch", output_dir)
     return None
