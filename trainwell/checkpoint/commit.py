@@ -14,8 +14,10 @@
    (e.g. a rank's file not visible where the marker is written) raises on every rank.
 
 Nothing is written into a folder after its marker. A kill at any point leaves the earlier checkpoints intact and at
-most a ``.tmp-`` folder, which the next ``train()`` removes; an interrupt the process survives long enough to
-handle (a second Ctrl-C during the save) removes the temporary folder at once.
+most a ``.tmp-`` folder, which the next ``train()`` removes, or, once its marker is written (sealed), puts in place
+(finishing the replace of a same-named checkpoint of an earlier run: a sealed folder is never "incomplete"); an
+interrupt the process survives long enough to handle (a second Ctrl-C during the save) removes the temporary folder
+at once.
 
 Test hook: with the environment variable ``TRAINWELL_TEST_KILL_AT=<phase>:<step>:<rank>[,...]`` the process of that
 rank SIGKILLs itself at that phase of the save of ``checkpoint-<step>``. Phases, in order: ``files`` (its own files
@@ -82,8 +84,8 @@ def _merge(reports: list[dict[str, Any]], me: int) -> dict[str, digest.FileDiges
 def _seal(tmp: Path, final: Path, reported: dict[str, digest.FileDigest], step: int, rank: int, *,
           run: str | None = None) -> None:
     """Check every reported file is visible, hash the others, write the marker (naming ``run``), rename into place
-    (a same-named checkpoint of a finished run is moved aside first: a kill in between leaves one of the two
-    complete, which the next start puts back in place)."""
+    (a same-named checkpoint of a finished run is moved aside first: after a kill anywhere past the marker the next
+    start puts the sealed folder in place, see :func:`layout.cleanup_incomplete`)."""
     for rel, expected in reported.items():
         path = tmp / rel
         if not path.is_file() or path.stat().st_size != expected.size:

@@ -220,7 +220,16 @@ def _dead_conversions(root: Path, stale_pids: frozenset[int] = frozenset()) -> l
 
 
 def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
-    """Promote a complete temp folder whose final folder is missing (crash between the two renames)."""
+    """Put in place the sealed temporary folders of dead processes (their marker is written: a checkpoint complete
+    in every way but its name), never deleted as incomplete:
+
+    - its final folder is missing (a kill between the two renames of a replace, or before the rename): renamed;
+    - its final folder is an earlier save's (a kill after the marker, before the replace of a same-named checkpoint
+      of a finished run, the ``rename`` kill point): the replace is finished (:func:`_replace_folder`), when the
+      sealed one is the newer of the two (its marker's ``created``).
+
+    A folder moved aside by a replace (``.old``) is promoted only when its final folder is missing and no newer one
+    was (the new folder first)."""
     recovered = []
     candidates = sorted(_dead_temp_folders(root, stale_pids),
                         key=lambda item: item[0].name.endswith(".old"))  # new before old
@@ -228,25 +237,39 @@ def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozen
         if match.group(3) == ".del" or not is_complete(child):
             continue
         final = root / match.group(1)
-        if not final.exists():
-            try:
+        if final.exists() and (match.group(3) == ".old" or not _supersedes(child, final)):
+            continue  # removed with the other left-overs (an older copy: the final folder is the newer save)
+        try:
+            if final.exists():
+                _replace_folder(child, final)
+            else:
                 os.rename(child, final)
-            except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
-                continue
-            _fsync_dir(root)
-            logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
-            recovered.append(final)
+        except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
+            continue
+        _fsync_dir(root)
+        logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
+        recovered.append(final)
     return recovered
+
+
+def _supersedes(sealed: Path, final: Path) -> bool:
+    """Whether the sealed temporary folder ``sealed`` is to replace ``final``: ``final`` is trainwell's (a foreign
+    folder is never replaced) and was saved no later than ``sealed`` (their markers' ``created``)."""
+    if not is_complete(final):
+        return False
+    return _run_and_time(sealed)[1] >= _run_and_time(final)[1]
 
 
 def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = False,
                        recovered: list[Path] | None = None) -> list[Path]:
     """Delete what :func:`list_incomplete` finds (trainwell's own dead temporary folders); returns the deleted paths.
 
-    A complete temporary folder whose final folder is missing (the process died between moving an old
-    checkpoint of the same step aside and renaming the new one into place) is renamed into place instead of
-    deleted. Foreign ``checkpoint-<step>`` folders, other files and the temporary folders of live processes are
-    never touched. Call it from the main process with the ``output_dir`` lock held (:mod:`.lock`).
+    A complete temporary folder (its marker written) is never deleted: it is renamed into place when its final
+    folder is missing (the process died between moving an old checkpoint of the same step aside and renaming the
+    new one into place), and replaces its final folder when that is an older save of the same step (the process
+    died after the marker, before the replace); see :func:`_recover_interrupted_replace`. Foreign
+    ``checkpoint-<step>`` folders, other files and the temporary folders of live processes are never touched. Call
+    it from the main process with the ``output_dir`` lock held (:mod:`.lock`).
 
     ``at_startup=True`` (a trainer starting ``train()``): no save of this process is in flight, so a folder
     named after this process's own pid is a left-over of an earlier incarnation with the same pid (a container

@@ -27,7 +27,7 @@ from ...utils.trainer_state import TrainerControl, TrainerState
 from ...utils.model_utils import unwrap_model
 from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
-from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity
+from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity, warn_older_run
 from .preemption_report import close_progress_bars, wait_for_preemption_save
 from .resume_arguments import resolve_auto, warn_changed_arguments, warn_schedule_length_changed
 
@@ -207,7 +207,10 @@ class TrainerCheckpoints:
             self.resume_with_fallback = resume_from_checkpoint is True
             folder = self.manager.resolve_resume(resume_from_checkpoint)
             # a fresh run supersedes a finished run's checkpoints (one promoted now is the relaunched job's own)
-            claim_output_dir(self.args, folder, recovered=self._on_every_rank(recovered))
+            promoted = self._on_every_rank(recovered)
+            claim_output_dir(self.args, folder, recovered=promoted)
+            if not isinstance(resume_from_checkpoint, bool):  # a path: is it the newest run's?
+                warn_older_run(self.args, folder, recovered=promoted)
             self.manager.run_id = run_identity(self.args, folder)
             if self.store is not None:  # world process zero (the lock held): warn, delete or publish
                 self.store.start(self.args, self.output_dir, folder, self.manager.run_id)
