@@ -183,11 +183,11 @@ def test_a_sealed_folder_finishes_its_replace_of_an_older_same_named_checkpoint(
     than the one in place, or one beside a folder trainwell did not write, never replaces it."""
     older = _save(tmp_path / "a", 6, b"earlier run")
     newer = _save(tmp_path / "b", 6, b"new run")
-    pid = dead_pid()
+    pid = os.getpid()  # at_startup: this pid's folders are a dead incarnation's (no dead_pid: a process)
     os.rename(older, tmp_path / "checkpoint-6")
     os.rename(newer, tmp_path / f".tmp-checkpoint-6-{pid}")
     recovered: list[Path] = []
-    assert cleanup_incomplete(tmp_path, recovered=recovered) == []
+    assert cleanup_incomplete(tmp_path, at_startup=True, recovered=recovered) == []
     assert recovered == [tmp_path / "checkpoint-6"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "checkpoint-6"]
     assert (tmp_path / "checkpoint-6" / "model.bin").read_bytes() == b"new run"
@@ -196,12 +196,12 @@ def test_a_sealed_folder_finishes_its_replace_of_an_older_same_named_checkpoint(
     (tmp_path / "c" / "checkpoint-6" / COMPLETE_MARKER).write_text(json.dumps(
         {**json.loads((stale / COMPLETE_MARKER).read_text()), "created": 1.0}))
     os.rename(stale, tmp_path / f".tmp-checkpoint-6-{pid}")
-    assert cleanup_incomplete(tmp_path) == [tmp_path / f".tmp-checkpoint-6-{pid}"]
+    assert cleanup_incomplete(tmp_path, at_startup=True) == [tmp_path / f".tmp-checkpoint-6-{pid}"]
     assert (tmp_path / "checkpoint-6" / "model.bin").read_bytes() == b"new run"
     foreign = tmp_path / "f" / "checkpoint-6"
     foreign.mkdir(parents=True)
     os.rename(_save(tmp_path / "d", 6, b"x"), tmp_path / "f" / f".tmp-checkpoint-6-{pid}")
-    cleanup_incomplete(tmp_path / "f")
+    cleanup_incomplete(tmp_path / "f", at_startup=True)
     assert [p.name for p in (tmp_path / "f").iterdir()] == ["checkpoint-6"] and not any(foreign.iterdir())
 
 
