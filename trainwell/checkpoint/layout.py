@@ -220,16 +220,11 @@ def _dead_conversions(root: Path, stale_pids: frozenset[int] = frozenset()) -> l
 
 
 def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
-    """Put in place the sealed temporary folders of dead processes (their marker is written: a checkpoint complete
-    in every way but its name), never deleted as incomplete:
-
-    - its final folder is missing (a kill between the two renames of a replace, or before the rename): renamed;
-    - its final folder is an earlier save's (a kill after the marker, before the replace of a same-named checkpoint
-      of a finished run, the ``rename`` kill point): the replace is finished (:func:`_replace_folder`), when the
-      sealed one is the newer of the two (its marker's ``created``).
-
-    A folder moved aside by a replace (``.old``) is promoted only when its final folder is missing and no newer one
-    was (the new folder first)."""
+    """Put in place the sealed (marker written) temporary folders of dead processes, never deleted as incomplete:
+    renamed when the final folder is missing (a kill before or between the two renames of a replace); replacing
+    the final folder when that is trainwell's and saved no later (markers' ``created``: a kill after the marker,
+    before the replace of an earlier run's same-named checkpoint). A folder moved aside (``.old``) is promoted only
+    when the final folder is missing (new folders first)."""
     recovered = []
     candidates = sorted(_dead_temp_folders(root, stale_pids),
                         key=lambda item: item[0].name.endswith(".old"))  # new before old
@@ -237,27 +232,17 @@ def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozen
         if match.group(3) == ".del" or not is_complete(child):
             continue
         final = root / match.group(1)
-        if final.exists() and (match.group(3) == ".old" or not _supersedes(child, final)):
-            continue  # removed with the other left-overs (an older copy: the final folder is the newer save)
+        if final.exists() and (match.group(3) == ".old" or not is_complete(final)
+                               or _run_and_time(child)[1] < _run_and_time(final)[1]):
+            continue  # removed with the other left-overs (a foreign final folder is never replaced)
         try:
-            if final.exists():
-                _replace_folder(child, final)
-            else:
-                os.rename(child, final)
+            _replace_folder(child, final)
         except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
             continue
         _fsync_dir(root)
         logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
         recovered.append(final)
     return recovered
-
-
-def _supersedes(sealed: Path, final: Path) -> bool:
-    """Whether the sealed temporary folder ``sealed`` is to replace ``final``: ``final`` is trainwell's (a foreign
-    folder is never replaced) and was saved no later than ``sealed`` (their markers' ``created``)."""
-    if not is_complete(final):
-        return False
-    return _run_and_time(sealed)[1] >= _run_and_time(final)[1]
 
 
 def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = False,
