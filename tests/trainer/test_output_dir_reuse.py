@@ -22,7 +22,6 @@ import trainwell
 from trainwell import TrainerCallback
 from trainwell.checkpoint.layout import (
     checkpoint_run,
-    cleanup_incomplete,
     is_complete,
     list_complete_checkpoints,
     verify_checkpoint,
