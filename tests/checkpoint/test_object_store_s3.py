@@ -14,9 +14,11 @@ an upload as long as the test wants), ``TW_TEST_LIMIT`` (``save_total_limit``).
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -24,10 +26,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import RegressionModel, regression_data
 from helpers.launch import child_env, free_port
+from trainwell import Trainer, TrainerCallback, TrainingArguments
 from trainwell.checkpoint.digest import default_algorithm, hash_file
 from trainwell.checkpoint.layout import CheckpointError, write_marker
+from trainwell.checkpoint.lock import LOCK_NAME
 from trainwell.checkpoint.store import LOCK_OBJECT, UPLOADING, CheckpointStore
+from trainwell.checkpoint.store_calls import TIMEOUT_ENV, StoreAccessError, StoreTimeoutError
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto.server")
@@ -385,3 +391,101 @@ def test_the_endpoint_from_the_environment_and_a_missing_bucket(tmp_path, s3):
     client = boto3.client("s3", endpoint_url=s3["client_kwargs"]["endpoint_url"], region_name="us-east-1",
                           aws_access_key_id=s3["key"], aws_secret_access_key=s3["secret"])
     assert "tw-no-such-bucket" not in [bucket["Name"] for bucket in client.list_buckets()["Buckets"]]
+
+
+class _GoingSilent:
+    """A TCP proxy in front of the moto server that can stop answering: once :attr:`silent` is set, it still
+    accepts connections and reads every request (its open connections too), but forwards and answers nothing."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.upstream = ("127.0.0.1", int(endpoint.rsplit(":", 1)[1]))
+        self.silent = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client = self.server.accept()[0]
+            except OSError:
+                return
+            self._open.append(client)
+            if self.silent.is_set():  # held, never answered
+                continue
+            upstream = socket.create_connection(self.upstream)
+            self._open.append(upstream)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                if not self.silent.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self._open:
+            conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_store_that_stops_answering_mid_run_ends_train_soon_after_the_deadline(tmp_path, s3, monkeypatch, caplog):
+    """The store stops answering after the run took its lock (a proxy goes silent): checkpoint-2's upload hangs.
+    Before, the deadline's error came but train() returned only after ~1,066 s (the lock's release hung in the
+    client's timeouts and retries). Now (``TRAINWELL_STORE_TIMEOUT_S=2``) train() raises the upload's deadline error,
+    naming the URL and the deadline, a few seconds later: the release is best effort within the deadline."""
+    url = f"s3://tw-bucket/{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv(TIMEOUT_ENV, "2")
+    proxy = _GoingSilent(s3["client_kwargs"]["endpoint_url"])
+
+    silenced: list[float] = []
+
+    class Silence(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if not silenced:
+                proxy.silent.set()
+                silenced.append(time.monotonic())
+
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=2, save_steps=2, per_device_train_batch_size=4,
+                             report_to="none", use_cpu=True, disable_tqdm=True, checkpoint_store=url,
+                             storage_options={**s3, "client_kwargs": {**s3["client_kwargs"],
+                                                                      "endpoint_url": proxy.endpoint}})
+    trainer = Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16), callbacks=[Silence()])
+    try:
+        with caplog.at_level("WARNING", logger="trainwell"), pytest.raises(StoreTimeoutError) as caught:
+            trainer.train()
+    finally:
+        took = time.monotonic() - silenced[0] if silenced else None
+        proxy.close()
+    message = str(caught.value)
+    assert f"uploading checkpoint-2 to checkpoint_store {url} has not finished within its deadline of 2.0 s" in message
+    assert TIMEOUT_ENV in message and "complete in the local output_dir" in message
+    # from the silence to train()'s return, measured: 5.5 s (2 s the upload's deadline, 1 s for its thread, 2 s the
+    # release's deadline); before the fix, over 1,000 s
+    assert took is not None and took < 12, took
+    assert "could not release the lock (it goes stale by itself)" in caplog.text
+    assert (tmp_path / "out" / "checkpoint-2" / ".complete").exists()
+    assert not (tmp_path / "out" / LOCK_NAME).exists()
+
+
+@pytest.mark.slow
+def test_a_missing_bucket_fails_the_start_naming_it_and_the_fix(tmp_path, s3):
+    """A URL whose bucket does not exist: before, ``FileNotFoundError: The specified bucket does not exist`` naming
+    neither the URL nor checkpoint_store."""
+    url = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/run"
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=2, save_steps=1, per_device_train_batch_size=4,
+                             report_to="none", use_cpu=True, disable_tqdm=True, checkpoint_store=url,
+                             storage_options=s3)
+    with pytest.raises(StoreAccessError) as caught:
+        Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(16)).train()
+    message = str(caught.value)
+    assert f"checkpoint_store={url!r}" in message and "the bucket (or container) does not exist" in message
+    assert "FileNotFoundError" in message and "create it, or correct the bucket's name" in message
+    assert s3["secret"] not in message
+    assert not (tmp_path / "out" / LOCK_NAME).exists()

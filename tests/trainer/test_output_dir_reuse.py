@@ -22,7 +22,6 @@ import trainwell
 from trainwell import TrainerCallback
 from trainwell.checkpoint.layout import (
     checkpoint_run,
-    cleanup_incomplete,
     is_complete,
     list_complete_checkpoints,
     verify_checkpoint,
@@ -207,10 +206,13 @@ Trainer(model=RegressionModel(), args=args, train_dataset=regression_data(32)).t
 
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["rename", "aside"])
-def test_a_kill_while_replacing_an_earlier_runs_checkpoint_leaves_one_of_the_two_complete(tmp_path, phase):
-    """The second run (a process) is SIGKILLed while its checkpoint-3 replaces the first run's: before the swap
-    (``rename``) the first run's stays; between the two renames (``aside``) the next start puts the new one in place.
-    Either way checkpoint-3 is one run's, complete and verified, and checkpoint-6 is untouched."""
+def test_a_kill_while_replacing_an_earlier_runs_checkpoint_keeps_the_new_one(tmp_path, phase, caplog):
+    """The second run (a process) is SIGKILLed while its checkpoint-3 replaces the first run's: after its marker,
+    before the swap (``rename``), or between the two renames (``aside``). Its checkpoint-3 is sealed, so it is never
+    "incomplete": the next ``train()`` puts it in place (finishing the replace) and resumes it. Before the fix the
+    ``rename`` kill lost it (deleted as incomplete) and ``resume_from_checkpoint=True`` continued the first run's
+    weights. After the ``aside`` kill, ``get_last_checkpoint`` (read before the start) names the first run's
+    checkpoint-6: ``train()`` warns that it continues an older run than the checkpoint-3 it just put in place."""
     out = tmp_path / "R"
     _trainer(trainwell, out, 6).train()
     first = checkpoint_run(out / "checkpoint-3")
@@ -220,9 +222,23 @@ def test_a_kill_while_replacing_an_earlier_runs_checkpoint_leaves_one_of_the_two
     done = subprocess.run([sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
     assert (out / "checkpoint-3").exists() == (phase == "rename")
-    cleanup_incomplete(out)  # what the next train() does first
+    (sealed,) = [p for p in out.iterdir() if p.name.startswith(".tmp-checkpoint-3-") and not p.suffix]
+    new = _digests(sealed)
+    if phase == "rename":
+        again = _trainer(trainwell, out, 3)
+        again.train(resume_from_checkpoint=True)
+        assert again._tw_checkpoints.resumed_from == out / "checkpoint-3"
+    else:
+        last = get_last_checkpoint(out)
+        assert last == str(out / "checkpoint-6")  # the first run's: the new checkpoint-3 is not in place yet
+        again = _trainer(trainwell, out, 6)
+        with caplog.at_level("WARNING", logger="trainwell"):
+            again.train(resume_from_checkpoint=last)
+        warned = [r.getMessage() for r in caplog.records if "earlier run" in r.getMessage()]
+        assert len(warned) == 1 and "checkpoint-3" in warned[0] and "get_last_checkpoint" in warned[0], warned
+        assert get_last_checkpoint(out) == str(out / "checkpoint-3")  # once in place, the newest
     verify_checkpoint(out / "checkpoint-3")
-    second = checkpoint_run(out / "checkpoint-3")
-    assert (second == first) == (phase == "rename")
+    assert checkpoint_run(out / "checkpoint-3") != first
+    assert _digests(out / "checkpoint-3") == new  # the sealed checkpoint, as the killed run wrote it
     assert _digests(out / "checkpoint-6") == kept
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".tmp-")) == []

@@ -18,8 +18,10 @@
    visible where the marker is written) raises on every rank.
 
 Nothing is written into a folder after its marker. A kill at any point leaves the earlier checkpoints intact and at
-most a ``.tmp-`` folder, which the next ``train()`` removes; an interrupt the process survives long enough to
-handle (a second Ctrl-C during the save) removes the temporary folder at once.
+most a ``.tmp-`` folder, which the next ``train()`` removes, or, once its marker is written (sealed), puts in place
+(finishing the replace of a same-named checkpoint of an earlier run: a sealed folder is never "incomplete"); an
+interrupt the process survives long enough to handle (a second Ctrl-C during the save) removes the temporary folder
+at once.
 
 Durability: what each sync is for. The guarantee is that once a save returns, its checkpoint survives a power cut
 or a kernel crash (a killed process loses nothing the kernel already holds), and that a ``checkpoint-<step>`` name
@@ -112,8 +114,8 @@ def _seal(tmp: Path, final: Path, reported: dict[str, digest.FileDigest], step: 
           run: str | None = None, own: Collection[str] = ()) -> None:
     """Check every reported file is visible, sync this rank's ``own`` files (absolute paths, hashed but not yet
     synced) and the unreported ones (which it hashes) together, write the marker (naming ``run``), rename into place
-    (a same-named checkpoint of a finished run is moved aside first: a kill in between leaves one of the two
-    complete, which the next start puts back in place)."""
+    (a same-named checkpoint of a finished run is moved aside first: after a kill anywhere past the marker the next
+    start puts the sealed folder in place, see :func:`layout.cleanup_incomplete`)."""
     for rel, expected in reported.items():
         path = tmp / rel
         if not path.is_file() or path.stat().st_size != expected.size:

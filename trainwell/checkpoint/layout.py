@@ -215,7 +215,11 @@ def _dead_conversions(root: Path, stale_pids: frozenset[int] = frozenset()) -> l
 
 
 def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozenset()) -> list[Path]:
-    """Promote a complete temp folder whose final folder is missing (crash between the two renames)."""
+    """Put in place the sealed (marker written) temporary folders of dead processes, never deleted as incomplete:
+    renamed when the final folder is missing (a kill before or between the two renames of a replace); replacing
+    the final folder when that is trainwell's and saved no later (markers' ``created``: a kill after the marker,
+    before the replace of an earlier run's same-named checkpoint). A folder moved aside (``.old``) is promoted only
+    when the final folder is missing (new folders first)."""
     recovered = []
     candidates = sorted(_dead_temp_folders(root, stale_pids),
                         key=lambda item: item[0].name.endswith(".old"))  # new before old
@@ -223,14 +227,16 @@ def _recover_interrupted_replace(root: Path, stale_pids: frozenset[int] = frozen
         if match.group(3) == ".del" or not is_complete(child):
             continue
         final = root / match.group(1)
-        if not final.exists():
-            try:
-                os.rename(child, final)
-            except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
-                continue
-            _fsync_dir(root)
-            logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
-            recovered.append(final)
+        if final.exists() and (match.group(3) == ".old" or not is_complete(final)
+                               or _run_and_time(child)[1] < _run_and_time(final)[1]):
+            continue  # removed with the other left-overs (a foreign final folder is never replaced)
+        try:
+            _replace_folder(child, final)
+        except FileNotFoundError:  # another node's first process (same shared folder) promoted it first
+            continue
+        _fsync_dir(root)
+        logger.warning("recovered checkpoint %s from interrupted save %s", final, child.name)
+        recovered.append(final)
     return recovered
 
 
@@ -238,10 +244,12 @@ def cleanup_incomplete(output_dir: str | os.PathLike, *, at_startup: bool = Fals
                        recovered: list[Path] | None = None) -> list[Path]:
     """Delete what :func:`list_incomplete` finds (trainwell's own dead temporary folders); returns the deleted paths.
 
-    A complete temporary folder whose final folder is missing (the process died between moving an old
-    checkpoint of the same step aside and renaming the new one into place) is renamed into place instead of
-    deleted. Foreign ``checkpoint-<step>`` folders, other files and the temporary folders of live processes are
-    never touched. Call it from the main process with the ``output_dir`` lock held (:mod:`.lock`).
+    A complete temporary folder (its marker written) is never deleted: it is renamed into place when its final
+    folder is missing (the process died between moving an old checkpoint of the same step aside and renaming the
+    new one into place), and replaces its final folder when that is an older save of the same step (the process
+    died after the marker, before the replace); see :func:`_recover_interrupted_replace`. Foreign
+    ``checkpoint-<step>`` folders, other files and the temporary folders of live processes are never touched. Call
+    it from the main process with the ``output_dir`` lock held (:mod:`.lock`).
 
     ``at_startup=True`` (a trainer starting ``train()``): no save of this process is in flight, so a folder
     named after this process's own pid is a left-over of an earlier incarnation with the same pid (a container

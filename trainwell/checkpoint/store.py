@@ -47,6 +47,7 @@ from ..utils.checkpoint_names import is_checkpoint_name
 from . import layout
 from .layout import COMPLETE_MARKER, TMP_PREFIX, CheckpointError
 from .lock import OutputDirLockedError
+from .store_calls import endpoint_of
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,9 @@ class CheckpointStore:
                               "system of the URL (s3fs for s3://, gcsfs for gs://, adlfs for az://)") from err
 
         self.url = url.rstrip("/")
-        self.fs, root = fsspec.core.url_to_fs(self.url, **parse_storage_options(storage_options))
+        options = parse_storage_options(storage_options)
+        self.endpoint = endpoint_of(options)  # named in the errors (the options are secret; the endpoint is not)
+        self.fs, root = fsspec.core.url_to_fs(self.url, **options)
         self.root = str(root).rstrip("/")
         self.owner: str | None = None
         self.lost: StoreLockLostError | None = None
@@ -424,12 +427,16 @@ class CheckpointStore:
         :class:`~trainwell.checkpoint.lock.OutputDirLockedError` while another live run holds it (its heartbeat is
         younger than ``STALE_S``, or its process is alive on this host)."""
         held = self._read_lock()
-        if held is not None and held.get("owner") != owner and not _stale(held):
+        gone = _stale(held) if held is not None and held.get("owner") != owner else None
+        if held is not None and held.get("owner") != owner and gone is None:
             raise OutputDirLockedError(
                 f"checkpoint_store {self.url} is in use by another run (pid {held.get('pid')} on host "
                 f"{held.get('host')}, last heartbeat {time.time() - _heartbeat(held):.0f} s ago); "
                 f"wait for it to end, use another URL, or delete {self.url}/{LOCK_OBJECT} once that run is known to "
                 f"be over (a lock without a heartbeat for {STALE_S:.0f} s is taken over)")
+        if gone is not None and held is not None:  # as the output_dir lock says it (lock.py)
+            logger.warning("taking over the lock %s/%s left by pid %s on host %s, %s", self.url, LOCK_OBJECT,
+                           held.get("pid", "?"), held.get("host", "?"), gone)
         self.heartbeat(owner)
         again = self._read_lock()
         if again is None or again.get("owner") != owner:  # another run wrote at the same moment: it wins
@@ -496,12 +503,16 @@ def _fingerprint(info: dict[str, Any]) -> str:
     return ""
 
 
-def _stale(record: dict[str, Any]) -> bool:
-    """Whether a lock record's run is gone: its process is dead on this host, or its heartbeat is too old."""
+def _stale(record: dict[str, Any]) -> str | None:
+    """Why a lock record's run is gone (its process is dead on this host, or its heartbeat is too old), or None
+    while it may live."""
     if record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int):
         if not layout.pid_alive(record["pid"]):
-            return True
-    return time.time() - _heartbeat(record) > STALE_S
+            return "which is no longer running"
+    age = time.time() - _heartbeat(record)
+    if age > STALE_S:
+        return f"whose last heartbeat is {age:.0f} s old (a lock without one for {STALE_S:.0f} s is taken over)"
+    return None
 
 
 __all__ = ["CheckpointStore", "DELETING", "LOCK_OBJECT", "StoreLockLostError", "UPLOADING", "is_store_url",

@@ -6,11 +6,13 @@ lock and of every upload in progress every ``store.HEARTBEAT_S``, however long a
 first: once another run holds it, uploads stop (:class:`~.store.StoreLockLostError`, never retried) and the training
 thread gets the error at its next save or at the end of ``train()``. A job that still fails, or that has
 not finished by its deadline (``deadline_s`` plus a second per ``MIN_RATE`` bytes of the checkpoint after it started:
-a store that stopped answering, whose request can hang far longer than any retry), is kept as the uploader's error:
+a store that stopped answering, whose request can hang far longer than any retry; ``TRAINWELL_STORE_TIMEOUT_S`` sets
+``deadline_s``, see :mod:`.store_calls`), is kept as the uploader's error:
 the next :meth:`StoreUploader.submit` and :meth:`StoreUploader.wait` (the end of ``train()``) raise it, naming the
 checkpoint, so a lost upload never goes unnoticed. :attr:`StoreUploader.stats` holds what the bench reports:
 checkpoints and bytes uploaded, seconds spent uploading in the background, and seconds the training thread was
-blocked by the store (submitting, and waiting for the last upload at the end).
+blocked by the store (submitting, and waiting for the last upload at the end). A wait for the last uploads says so on
+stderr after a few seconds, and then every half minute (:class:`~.store_calls.WaitReport`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from . import store as store_module
 from .layout import CheckpointError
 from .store import CheckpointStore, StoreLockLostError
 from ..utils.progress_bars import above_progress_bars
+from .store_calls import TIMEOUT_ENV, StoreTimeoutError, WaitReport, configured_s, seconds
+from .store_calls import deadline_s as call_deadline_s
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +59,11 @@ class StoreLease:
             except Exception as err:  # a heartbeat lost now is retried at the next one
                 logger.warning("could not refresh the lock of %s (%s)", self.store.url, err)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End the thread; waits up to ``timeout_s`` for a beat in progress (one hung on a silent store is left to
+        its daemon thread)."""
         self._stop.set()
-        self._thread.join(timeout=5.0)
+        self._thread.join(timeout=timeout_s)
 
 
 @dataclass
@@ -78,14 +84,17 @@ class StoreUploader:
         self.store = store
         self.retries = RETRIES if retries is None else retries
         self.backoff_s = BACKOFF_S if backoff_s is None else backoff_s
-        self.deadline_s = DEADLINE_S if deadline_s is None else deadline_s
+        if deadline_s is None:
+            deadline_s = configured_s() or DEADLINE_S  # TRAINWELL_STORE_TIMEOUT_S bounds every wait for the store
+        self.deadline_s = deadline_s
         self.stats = UploadStats()
         self.error: CheckpointError | None = None
         self._jobs: queue.Queue[tuple[str, float, Callable[[], None], Callable[[], None]] | None] = queue.Queue()
         self._idle = threading.Condition()
         self._pending = 0
         self._folders: list[Path] = []  # the checkpoints submitted and not uploaded yet (the local rotation keeps them)
-        self._current: tuple[str, float] | None = None  # the job running now and its deadline (time.monotonic())
+        # the job running now, its deadline (time.monotonic()) and the seconds it was allowed
+        self._current: tuple[str, float, float] | None = None
         self._thread = threading.Thread(target=self._work, name="trainwell-store-upload", daemon=True)
         self._thread.start()
         self._lease = StoreLease(store)
@@ -133,10 +142,11 @@ class StoreUploader:
         if self.error is None and self.store.lost is not None:  # the lease found the lock taken over
             self.error = self.store.lost
         if self.error is None and current is not None and time.monotonic() > current[1]:
-            self.error = CheckpointError(
-                f"uploading {current[0]} to checkpoint_store {self.store.url} has not finished by its deadline "
-                f"(the store stopped answering?); the checkpoint is complete in the local output_dir, but not on "
-                "the store: a resume elsewhere would not see it")
+            self.error = StoreTimeoutError(
+                f"uploading {current[0]} to checkpoint_store {self.store.url} has not finished within its deadline "
+                f"of {seconds(current[2])} ({TIMEOUT_ENV} or {DEADLINE_S:.0f} s, plus a second per {MIN_RATE / 1e6:.0f} "
+                "MB of the checkpoint): the store stopped answering? The checkpoint is complete in the local "
+                "output_dir, but not on the store: a resume elsewhere would not see it")
             logger.error("%s", self.error)
         if self.error is not None:
             raise self.error
@@ -144,11 +154,18 @@ class StoreUploader:
     def wait(self) -> None:
         """Block until every submitted upload is done; raise a failed one's error. The time counts as blocked."""
         start = time.perf_counter()
+        report = None
         try:
             with self._idle:
                 while self._pending:
-                    self._idle.wait(timeout=min(store_module.HEARTBEAT_S, max(0.1, self.deadline_s / 4)))
                     self.raise_if_failed()  # a hung upload: raised by name, not waited for forever
+                    if report is None:
+                        current = self._current
+                        limit = current[1] - time.monotonic() if current is not None else self.deadline_s
+                        report = WaitReport(self.store.url, "publishing the last checkpoint(s)", max(0.0, limit))
+                    self._idle.wait(timeout=min(store_module.HEARTBEAT_S, max(0.1, self.deadline_s / 4),
+                                                report.until_next()))
+                    report.due()
         finally:
             self.stats.blocked_s += time.perf_counter() - start
         self.raise_if_failed()
@@ -161,7 +178,7 @@ class StoreUploader:
             logger.error("%s", err)
         self._jobs.put(None)
         self._thread.join(timeout=None if self._current is None else 1.0)  # a hung request is left to the daemon
-        self._lease.stop()
+        self._lease.stop(min(5.0, call_deadline_s()))
 
     def _work(self) -> None:
         while True:
@@ -171,7 +188,7 @@ class StoreUploader:
             name, allowed_s, run, done = job
             try:
                 if self.error is None:  # after a failure later checkpoints are not published (the run raises)
-                    self._current = (name, time.monotonic() + allowed_s)
+                    self._current = (name, time.monotonic() + allowed_s, allowed_s)
                     self._attempt(name, run)
             finally:
                 self._current = None

@@ -4,6 +4,10 @@
 the publish protocol). World process zero holds the store's lock and an uploader for the duration of ``train()``
 (with one disk per node, every other node's saver gets an uploader of its own at its first save); the saving rank(s)
 download the checkpoint to resume when ``output_dir`` lacks it.
+
+Every call to the store made here runs on the training thread, so each goes through
+:func:`trainwell.checkpoint.store_calls.call`: a deadline (``TRAINWELL_STORE_TIMEOUT_S``), a line on stderr while
+it waits, and a clear error naming the URL, the cause and the fix; the lock's release at the end is best effort.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ...checkpoint import store_calls
+from ...checkpoint.store_calls import StoreAccessError
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # imported where used: a run without a store loads neither fsspec nor the uploader
     from ...checkpoint.store import CheckpointStore
@@ -43,6 +52,10 @@ class StoreSync:
 
         return cls(CheckpointStore(url, getattr(args, "storage_options", None)), args.save_total_limit)
 
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, moves: int = 0) -> T:
+        """``fn(*args)``, a call to the store, within its deadline and with a clear error (:mod:`.store_calls`)."""
+        return store_calls.call(self.store.url, what, fn, *args, moves=moves, endpoint=self.store.endpoint)
+
     def lock(self) -> None:
         """World process zero: take the store's lock, remove interrupted uploads, start the uploader."""
         if self.uploader is not None:
@@ -50,23 +63,24 @@ class StoreSync:
         from ...checkpoint.store_upload import StoreUploader
 
         owner = uuid.uuid4().hex
-        self.store.acquire_lock(owner)
+        self._call("taking the store's lock", self.store.acquire_lock, owner)
         self._owner = owner
-        self.store.remove_unfinished()  # dead uploads, interrupted deletions; never a live upload
+        # dead uploads, interrupted deletions; never a live upload
+        self._call("removing interrupted uploads", self.store.remove_unfinished)
         self.uploader = StoreUploader(self.store)  # its lease keeps the lock's heartbeat, whatever the uploads do
         self.stats = self.uploader.stats
 
     def close(self) -> None:
-        """Wait for the last uploads (a failure is logged: train() is leaving already), release the lock."""
+        """Wait for the last uploads (a failure is logged: train() is leaving already), release the lock (best
+        effort, within a short deadline: once its lease stops, the lock goes stale by itself)."""
         uploader, self.uploader = self.uploader, None
         if uploader is not None:
             uploader.close()
         owner, self._owner = self._owner, None
         if owner is not None:
-            try:
-                self.store.release_lock(owner)
-            except Exception as err:  # without its heartbeat the lock goes stale by itself
-                logger.warning("could not release the lock of %s (%s)", self.store.url, err)
+            store_calls.best_effort(self.store.url, "releasing the store's lock", self.store.release_lock, owner,
+                                    endpoint=self.store.endpoint, log=lambda fmt, *a: logger.warning(
+                                        "could not release the lock (it goes stale by itself): " + fmt, *a))
 
     def wait(self) -> None:
         """Block until every upload is published (the end of ``train()``); raise a failed one naming it."""
@@ -143,7 +157,7 @@ class StoreSync:
             self.claim(args, output_dir)
         elif not getattr(args, "save_on_each_node", False):
             self.catch_up(folder, run)
-        elif self.store.read_marker(folder.name) is None:
+        elif self._call(f"reading {folder.name}'s marker", self.store.read_marker, folder.name) is None:
             logger.warning("checkpoint_store %s lacks %s, the checkpoint this run resumes from; with "
                            "save_on_each_node it is not published again: it exists on these machines only",
                            self.store.url, folder.name)
@@ -159,7 +173,7 @@ class StoreSync:
 
         if resume_from_checkpoint is not None or overwrite or list_resumable_checkpoints(output_dir):
             return resume_from_checkpoint
-        found = self.store.complete()
+        found = self._call("listing its checkpoints", self.store.complete)
         if not found:
             return None
         logger.warning("output_dir %s holds no checkpoint and checkpoint_store %s holds %s: resuming from the store's "
@@ -182,31 +196,36 @@ class StoreSync:
         if isinstance(resume_from_checkpoint, (str, os.PathLike)) and not auto:
             path = Path(resume_from_checkpoint)
             if path.exists() or path.parent.resolve() != Path(output_dir).resolve() \
-                    or self.store.read_marker(path.name) is None:
+                    or self._call(f"reading {path.name}'s marker", self.store.read_marker, path.name) is None:
                 return None
-            return self._download(path.name, output_dir, self.store.complete(), "resume_from_checkpoint names it")
+            found = self._call("listing its checkpoints", self.store.complete)
+            return self._download(path.name, output_dir, found, "resume_from_checkpoint names it")
         if not (resume_from_checkpoint is True or auto):
             return None
-        found = self.store.complete()
+        found = self._call("listing its checkpoints", self.store.complete)
         local = newest_local(output_dir, found)
         if local is not None:
             return local
         for name, _ in reversed(found):
             try:
                 return self._download(name, output_dir, found, "the store's newest")
+            except StoreAccessError:  # the store, not this checkpoint: the one before would fail alike
+                raise
             except (CheckpointError, OSError) as err:
                 logger.error("checkpoint %s/%s cannot be used (%s); trying the one before", self.store.url, name,
                              err)
         return None
 
     def _download(self, name: str, output_dir: str, found: list[tuple[str, dict[str, Any]]], why: str) -> Path:
-        """Download ``name`` and the best checkpoint it names (when the store holds it)."""
-        folder = self.store.download(name, output_dir)
+        """Download ``name`` and the best checkpoint it names (when the store holds it); each download's deadline
+        grows with its bytes."""
+        sizes = {n: sum(int(entry.get("size", 0)) for entry in record.get("files", {}).values()) for n, record in found}
+        folder = self._call(f"downloading {name}", self.store.download, name, output_dir, moves=sizes.get(name, 0))
         self.downloaded[Path(folder).name] = f"{self.store.url}/{name}"
         logger.warning("checkpoint_store: %s/%s (%s) is in %s", self.store.url, name, why, folder)
         best = best_named_in(folder)
-        if best is not None and best != name and best in {n for n, _ in found}:
-            self.store.download(best, output_dir)
+        if best is not None and best != name and best in sizes:
+            self._call(f"downloading {best}", self.store.download, best, output_dir, moves=sizes[best])
         return folder
 
     def catch_up(self, folder: Path, run: str | None) -> bool:
@@ -216,12 +235,13 @@ class StoreSync:
 
         if self.uploader is None or not is_complete(folder):
             return False
+        stored = self._call(f"reading {folder.name}'s marker", self.store.read_marker, folder.name)
         try:
-            if self.store.read_marker(folder.name) == read_marker(folder):
+            if stored == read_marker(folder):
                 return False
         except CheckpointError:
             return False
-        found = self.store.complete()
+        found = self._call("listing its checkpoints", self.store.complete)
         logger.warning("checkpoint_store %s lacks %s, the checkpoint this run resumes from (the store's newest is "
                        "%s: its uploads stopped, e.g. an outage); publishing it now", self.store.url, folder.name,
                        found[-1][0] if found else "none")
@@ -238,7 +258,7 @@ class StoreSync:
         if self._owner is None:
             return
         earlier = []
-        for name, record in self.store.complete():
+        for name, record in self._call("listing its checkpoints", self.store.complete):
             local = Path(output_dir) / name
             try:
                 if is_complete(local) and read_marker(local) == record:
@@ -252,7 +272,7 @@ class StoreSync:
         writes_checkpoints = args.save_strategy != "no" or getattr(args, "enable_jit_checkpoint", False)
         if writes_checkpoints and args.overwrite_output_dir:
             for name in earlier:
-                self.store.delete(name)
+                self._call(f"deleting {name}", self.store.delete, name)
             logger.warning("overwrite_output_dir=True: deleted the earlier run's checkpoints in checkpoint_store %s "
                            "(%s); this run starts over", url, _names(earlier))
         elif writes_checkpoints:

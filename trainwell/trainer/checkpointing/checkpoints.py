@@ -27,7 +27,7 @@ from ...utils.trainer_state import TrainerControl, TrainerState
 from ...utils.model_utils import unwrap_model
 from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
-from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity
+from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity, warn_older_run
 from .preemption_report import close_progress_bars, wait_for_preemption_save
 from .resume_arguments import resolve_auto, warn_changed_arguments, warn_schedule_length_changed
 
@@ -191,9 +191,9 @@ class TrainerCheckpoints:
 
         if resume_from_checkpoint is None and self.args.resume_from_checkpoint:
             resume_from_checkpoint = self.args.resume_from_checkpoint
-        self._lock_output_dir()
         recovered: list[Path] = []
         try:
+            self._lock_output_dir()  # a store that fails after the folder's lock was taken: both released below
             if self.args.should_save:
                 removed = cleanup_incomplete(self.output_dir, at_startup=True, recovered=recovered)
                 if removed:
@@ -206,9 +206,12 @@ class TrainerCheckpoints:
             asked = resume_from_checkpoint
             resume_from_checkpoint = resolve_auto(resume_from_checkpoint, self.args.output_dir)
             self.resume_with_fallback = resume_from_checkpoint is True
-            folder = self.manager.resolve_resume(resume_from_checkpoint)
+            folder = self._resolve_folder(resume_from_checkpoint)
             # a fresh run supersedes a finished run's checkpoints (one promoted now is the relaunched job's own)
-            claim_output_dir(self.args, folder, recovered=self._on_every_rank(recovered))
+            promoted = self._on_every_rank(recovered)
+            claim_output_dir(self.args, folder, recovered=promoted)
+            if not isinstance(resume_from_checkpoint, bool):  # a path: is it the newest run's?
+                warn_older_run(self.args, folder, recovered=promoted)
             self.manager.run_id = run_identity(self.args, folder)
             if self.store is not None:  # world process zero (the lock held): warn, delete or publish
                 self.store.start(self.args, self.output_dir, folder, self.manager.run_id)
@@ -223,6 +226,18 @@ class TrainerCheckpoints:
         self._warn_foreign_checkpoints(folder)
         self.last, self.resumed_from = None, folder
         return folder
+
+    def _resolve_folder(self, resume_from_checkpoint: str | bool | None) -> Path | None:
+        """The manager's answer; with a store, True finding nothing says that the store holds none either."""
+        try:
+            return self.manager.resolve_resume(resume_from_checkpoint)
+        except ValueError as err:
+            if self.store is None or resume_from_checkpoint is not True:
+                raise
+            raise ValueError(f"No valid checkpoint found in output directory ({self.output_dir}) nor in "
+                             f"checkpoint_store {self.store.store.url} (resume_from_checkpoint=True); train from "
+                             "scratch, pass the path of a checkpoint folder, or check checkpoint_store (a run that "
+                             "saved there used this URL?)") from err
 
     def of_this_run(self) -> Path | None:
         """The newest checkpoint the current ``train()`` call wrote, else the one it resumed from; never a

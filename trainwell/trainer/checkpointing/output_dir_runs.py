@@ -14,7 +14,10 @@ too, as upstream (a notebook cell run again, two Trainers on one temporary folde
   =True``, ``"auto"`` and ``get_last_checkpoint`` take this run's newest once it has one
   (:func:`trainwell.checkpoint.layout.order_by_run`);
 - a checkpoint of the same name as an earlier run's replaces it only through the atomic commit (the old folder is
-  moved aside, the new one renamed into place: a kill in between leaves one of the two complete);
+  moved aside, the new one renamed into place); a kill once the new one is sealed (its marker written) leaves it
+  under a temporary name, which the next start puts in place, finishing the replace. A path read before that start
+  (``get_last_checkpoint``) may name the earlier run's checkpoint: ``train()`` warns when an explicit
+  ``resume_from_checkpoint`` is an earlier run's than the newest complete one (:func:`warn_older_run`);
 - a live run's folder is refused by the lock (:mod:`trainwell.checkpoint.lock`), whatever the arguments;
 - ``overwrite_output_dir=True`` deletes the earlier run's trainwell checkpoints (under the lock) and starts over;
 - folders trainwell did not write (another tool's checkpoints, a user's ``checkpoint-7``) are never deleted nor
@@ -76,6 +79,31 @@ def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: Abstract
         logger.warning("output_dir %s holds another run's checkpoints (%s); this run saves none, and its final model, "
                        "if saved, replaces that run's. Continue that run with train(resume_from_checkpoint=True), or "
                        "use another output_dir.", args.output_dir, _names(earlier))
+
+
+def warn_older_run(args: Any, folder: Path | None, *, recovered: AbstractSet[str] = frozenset()) -> None:
+    """Warn when an explicit ``resume_from_checkpoint`` (a path in ``output_dir``) is a checkpoint of an earlier run
+    than the newest complete one of ``output_dir``: this run then continues that earlier run. The usual cause is a
+    path read before ``train()`` started (``get_last_checkpoint(output_dir)``) while a newer run's checkpoint still
+    lay under a temporary name, which this start put in place (``recovered``: the names it put in place)."""
+    from ...checkpoint.layout import checkpoint_run, list_complete_checkpoints
+
+    if folder is None or args.process_index != 0 or not args.output_dir \
+            or folder.resolve().parent != Path(args.output_dir).resolve():
+        return
+    found = list_complete_checkpoints(args.output_dir)
+    if not found or found[-1].resolve() == folder.resolve():
+        return
+    newest, mine = checkpoint_run(found[-1]), checkpoint_run(folder)
+    if newest is None or mine is None or newest == mine:
+        return
+    why = (f" ({found[-1].name} was put in place by this start from an interrupted save, so a path read before "
+           "train() started, e.g. by get_last_checkpoint(output_dir), could not name it)"
+           if found[-1].name in recovered else "")
+    logger.warning("resume_from_checkpoint=%s is a checkpoint of an earlier run than %s, the newest checkpoint of "
+                   "output_dir %s%s: this run continues that earlier run. To continue the newest run instead, pass "
+                   "train(resume_from_checkpoint=True) (or its path).", str(folder), found[-1].name, args.output_dir,
+                   why)
 
 
 def run_identity(args: Any, resumed: Path | None) -> str:
