@@ -36,8 +36,10 @@ Sides: ``trainwell`` (defaults: synchronous save), ``trainwell_async`` (``async_
 
 ``--store URL`` keeps trainwell's checkpoints on an fsspec URL (``checkpoint_store=URL/<side>-k<K>``, with
 ``--storage-options JSON``); ``--store moto`` starts a local S3 server (moto) for the run. Every relaunch then starts
-on an empty local disk, as a new machine would, and resumes from the store (``resume_from_checkpoint="auto"``).
-Upstream has no object-store checkpoints, so only the trainwell sides run.
+on an empty local disk, as a new machine would, and resumes through the README's requeue idiom
+(``resume_from_checkpoint=get_last_checkpoint(output_dir)``: None on the empty disk, so ``train()`` takes the store's
+newest checkpoint of this run). Upstream has no object-store checkpoints, so only the trainwell sides run.
+``steps_redone_per_failure`` is ``steps_redone / K`` (None for K=0).
 """
 
 from __future__ import annotations
@@ -117,7 +119,9 @@ def worker(ns: argparse.Namespace) -> int:
     trainer, _ = mf.make_trainer(library, extra, cfg, data, tokenizer, Path(ns.workdir))
     get_last = importlib.import_module(f"{library}.trainer_utils").get_last_checkpoint
     output_dir = trainer.args.output_dir
-    last: Any = "auto" if ns.store else get_last(output_dir) if os.path.isdir(output_dir) else None
+    # the README's requeue idiom, as a user's job script writes it; with a store, on a new machine's empty disk it
+    # gives None, and train() resumes from the store's newest checkpoint of this run
+    last: Any = get_last(output_dir) if os.path.isdir(output_dir) else None
 
     class Events(lib.TrainerCallback):  # type: ignore[name-defined]
         """Steps and the time each save blocks the training thread, to the events file."""
@@ -184,7 +188,7 @@ def _launch(cfg: GoodputConfig, side: str, output_dir: str, workdir: Path, event
                "--seq-len", str(cfg.seq_len), "--seed", str(cfg.seed)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    with open(events.with_suffix(".stderr"), "wb") as stderr:  # a file: a full pipe would stall the job
+    with open(events.with_suffix(".stderr"), "ab") as stderr:  # a file (a full pipe would stall the job), every launch kept
         return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
@@ -308,9 +312,12 @@ def run_one(cfg: GoodputConfig, side: str, k: int, workdir: Path, log: Any = pri
         "killed_in": [a.killed_in for a in attempts if a.killed_in],
         "steps_trained": steps_done, "steps_redone": steps_done - (cfg.steps if finished else len(set(
             s for a in attempts for s in a.steps))),
+        "steps_redone_per_failure": None,
         "saves": sum(len(a.saves) for a in attempts), "save_blocked": sum(sum(a.saves) for a in attempts),
         "fingerprint": attempts[-1].fingerprint, "load_average": os.getloadavg(),
     }
+    if k:
+        row["steps_redone_per_failure"] = row["steps_redone"] / k
     errors = [a.error for a in attempts if a.error]
     log(f"{side:<16} K={k}  {row['launches']} launch(es)  wall {total:7.1f} s  redone {row['steps_redone']:3d}  "
         f"save blocked {row['save_blocked']:6.2f} s  {'finished' if finished else 'UNRECOVERABLE: ' + errors[-1]}"
