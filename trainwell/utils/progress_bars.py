@@ -21,7 +21,7 @@ def _tqdm_class() -> Any:
 
 def progress_bar_open() -> bool:
     """Whether a tqdm progress bar is being drawn (the trainer's, or any other)."""
-    instances = getattr(_tqdm_class(), "_instances", None)
+    instances: Any = getattr(_tqdm_class(), "_instances", None)
     try:
         return bool(instances) and any(not getattr(bar, "disable", False) for bar in list(instances))
     except TypeError:  # not tqdm's set: no bar we know how to see
