@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -149,3 +150,42 @@ def test_stream_position_is_saved_per_rank_in_the_checkpoint(make_args, tmp_path
     # the state after the last consumed batch, not after the batch the loader fetched ahead
     assert saved == {"state": {"next_index": SAVE_AT * BATCH}, "world_size": 1}
     assert "rng_state.pth" in (folder / ".complete").read_text()
+
+
+def test_another_number_of_ranks_warns_and_rereads(caplog):
+    from trainwell.data.stream_state import StreamPosition
+
+    stream = CountingStream()
+    position = StreamPosition(stream, world_size=4)
+    position.load_state_dict({"state": {"next_index": 30}, "world_size": 2})
+    with caplog.at_level(logging.INFO, logger="trainwell"):
+        assert position.restore(5) is False
+    assert stream.next_index == 0
+    warning = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning and "saved by 2 processes and 4 train now" in warning[0].getMessage()
+    assert "re-reading 5 batches to reach the position" in caplog.text
+
+
+def test_worker_processes_keep_the_reread_and_say_why(caplog):
+    from trainwell.data.stream_state import StreamPosition
+
+    loader = SimpleNamespace(dataset=CountingStream(), num_workers=1)  # what StreamPosition reads of a DataLoader
+    position = StreamPosition.of(loader, world_size=1)
+    assert not position.followed
+    with caplog.at_level(logging.INFO, logger="trainwell"):
+        assert position.restore(3) is False
+    assert "re-reading 3 batches to reach the position (dataloader_num_workers > 0" in caplog.text
+
+
+def test_a_stream_with_a_length_counts_on_from_its_restored_position():
+    from trainwell.data.length_check import LengthCheckedIterable
+
+    class Sized(CountingStream):
+        def __len__(self) -> int:
+            return self.n
+
+    stream = Sized(10)
+    checked = LengthCheckedIterable(stream, "train")
+    stream.load_state_dict({"next_index": 4})
+    checked.resume_count(4)
+    assert len(list(checked)) == 6  # and no error: 4 + 6 == __len__

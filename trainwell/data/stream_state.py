@@ -20,6 +20,8 @@ import copy
 import logging
 from typing import Any
 
+import torch
+
 __all__ = ["CHECKPOINT_NAME", "StreamPosition", "stateful_stream", "unexact_reason"]
 
 logger = logging.getLogger("trainwell.trainer.trainer")
@@ -32,8 +34,6 @@ def stateful_stream(dataloader: Any) -> Any | None:
     """The training loader's ``IterableDataset`` when it can say its position (``state_dict`` and
     ``load_state_dict``), unwrapped from trainwell's length check; None otherwise (a map-style dataset, an iterable
     without them)."""
-    import torch
-
     dataset = getattr(dataloader, "dataset", None)
     if not isinstance(dataset, torch.utils.data.IterableDataset):
         return None
@@ -90,8 +90,6 @@ class StreamPosition:
     def of(cls, dataloader: Any, *, world_size: int) -> StreamPosition:
         """The position of ``dataloader``'s stream (followed only when batches are loaded in this process: with
         ``dataloader_num_workers > 0`` each worker holds its own copy of the dataset and its position)."""
-        import torch
-
         dataset = stateful_stream(dataloader)
         reason = None
         if not isinstance(getattr(dataloader, "dataset", None), torch.utils.data.IterableDataset):
