@@ -169,7 +169,8 @@ def test_another_number_of_ranks_warns_and_rereads(caplog):
 def test_worker_processes_keep_the_reread_and_say_why(caplog):
     from trainwell.data.stream_state import StreamPosition
 
-    loader = SimpleNamespace(dataset=CountingStream(), num_workers=1)  # what StreamPosition reads of a DataLoader
+    loader = SimpleNamespace(dataset=CountingStream())  # what StreamPosition reads of a DataLoader (no process)
+    loader.num_workers = 1
     position = StreamPosition.of(loader, world_size=1)
     assert not position.followed
     with caplog.at_level(logging.INFO, logger="trainwell"):
