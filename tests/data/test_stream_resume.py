@@ -190,3 +190,21 @@ def test_a_stream_with_a_length_counts_on_from_its_restored_position():
     stream.load_state_dict({"next_index": 4})
     checked.resume_count(4)
     assert len(list(checked)) == 6  # and no error: 4 + 6 == __len__
+
+
+@pytest.mark.slow
+def test_worker_processes_resume_from_the_position_torchdata_collects(make_args, tmp_path, caplog):
+    """With ``dataloader_num_workers=1`` and torchdata installed (``trainwell[stream]``), the loader is torchdata's
+    ``StatefulDataLoader``: its state (the worker's stream position) is saved and restored, exactly."""
+    import signal
+
+    pytest.importorskip("torchdata", reason="pip install 'trainwell[stream]' (torchdata)")
+    # torchdata's loader installs its own SIGCHLD handler once per process (as torch's own loader does), and keeps it
+    handler = signal.getsignal(signal.SIGCHLD)
+    try:
+        whole = _train(make_args, tmp_path / "whole", CountingStream(), dataloader_num_workers=1)
+        final, _, log = _interrupted(make_args, tmp_path, CountingStream, caplog, dataloader_num_workers=1)
+    finally:
+        signal.signal(signal.SIGCHLD, handler)
+    assert _equal(final, whole)
+    assert "resuming the stream from its saved position" in log and "re-reading" not in log

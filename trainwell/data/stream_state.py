@@ -74,7 +74,8 @@ class _Chain:
 class StreamPosition:
     """The position of one rank's training stream: a per-rank part of the checkpoint.
 
-    ``dataset``: the stateful stream (:func:`stateful_stream`), or None when the stream cannot say its position;
+    ``dataset``: the stateful stream (:func:`stateful_stream`), or torchdata's ``StatefulDataLoader`` over it with
+    worker processes (its ``state_dict`` holds every worker's position), or None when the position cannot be said;
     ``reason``: why it is not followed (worker processes hold the position, ...), logged at a resume;
     ``world_size``: the processes training, saved with the state (another number at the resume re-reads).
     """
@@ -95,7 +96,10 @@ class StreamPosition:
         if not isinstance(getattr(dataloader, "dataset", None), torch.utils.data.IterableDataset):
             reason = "the loader's sampler cannot seek"
         elif dataset is not None and getattr(dataloader, "num_workers", 0) > 0:
-            reason = "dataloader_num_workers > 0: the position lives in the worker processes"
+            if type(dataloader).__name__ == "PreparedStatefulDataLoader":  # torchdata's: it gathers the workers'
+                return cls(dataloader, world_size=world_size)
+            reason = ("dataloader_num_workers > 0: the position lives in the worker processes; pip install "
+                      "'trainwell[stream]' (torchdata) to restore it")
         return cls(dataset, world_size=world_size, reason=reason)
 
     @property
@@ -130,7 +134,8 @@ class StreamPosition:
         saved, self._saved = self._saved, None
         reason = self.reason
         if reason is None:
-            reason = unexact_reason(self.dataset)
+            source = self.dataset
+            reason = unexact_reason(source.dataset if isinstance(source, torch.utils.data.DataLoader) else source)
         if reason is None and saved is None:
             reason = "the checkpoint holds no stream position"
         if reason is None and saved is not None and saved.get("world_size") != self.world_size:
