@@ -143,7 +143,7 @@ class StreamPosition:
                       f"{self.world_size} train now")
             logger.warning("Resuming on another number of processes: %s; the position is reached by re-reading",
                            reason)
-        if reason is not None or saved is None:
+        if reason is not None or saved is None or self.dataset is None:
             logger.info("re-reading %d batches to reach the position (%s)", skip_batches, reason)
             return False
         logger.info("resuming the stream from its saved position (%d batches in; none re-read)", skip_batches)

@@ -85,9 +85,9 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int, *
             seekable.skip(skip_batches * batch_sampler.batch_size)
             return iter(dataloader)
         if stream is not None and stream.restore(skip_batches):
-            counted = getattr(dataloader, "dataset", None)
-            if hasattr(counted, "resume_count") and getattr(dataloader, "batch_size", None):
-                counted.resume_count(skip_batches * dataloader.batch_size)  # the length check counts on from there
+            resume_count = getattr(getattr(dataloader, "dataset", None), "resume_count", None)
+            if resume_count is not None and getattr(dataloader, "batch_size", None):
+                resume_count(skip_batches * dataloader.batch_size)  # the length check counts on from there
             return iter(dataloader)
 
         # Read and dropped now, every random state kept: the uninterrupted run collated these batches before the
