@@ -208,3 +208,14 @@ def test_worker_processes_resume_from_the_position_torchdata_collects(make_args,
         signal.signal(signal.SIGCHLD, handler)
     assert _equal(final, whole)
     assert "resuming the stream from its saved position" in log and "re-reading" not in log
+
+
+def test_the_reread_shows_a_progress_bar(capsys):
+    from trainwell.data.stream_state import StreamPosition
+    from trainwell.loops.train_loop import _epoch_iterator
+
+    loader = torch.utils.data.DataLoader(CountingStream(stateful=False), batch_size=BATCH)
+    position = StreamPosition.of(loader, world_size=1)
+    first = next(_epoch_iterator(0, loader, 0, 3, stream=position, progress=True))
+    assert torch.equal(first["labels"], torch.tensor([example(i)["labels"] for i in range(9, 12)]))
+    assert "Re-reading the consumed batches" in capsys.readouterr().err
