@@ -119,14 +119,21 @@ def test_stream_without_state_is_reread_and_says_how_many(make_args, tmp_path, c
 
 def test_datasets_stream_resumes_from_its_position(make_args, tmp_path, caplog):
     whole = _train(make_args, tmp_path / "whole", hf_stream(Calls()))
-    calls = Calls()
-    final, _, log = _interrupted(make_args, tmp_path, lambda: hf_stream(calls), caplog)
+    calls: list[Calls] = []
+
+    def make() -> Any:
+        calls.append(Calls())
+        return hf_stream(calls[-1])
+
+    final, _, log = _interrupted(make_args, tmp_path, make, caplog)
     assert _equal(final, whole)
     assert "resuming the stream from its saved position" in log
-    # 12 examples consumed = shards 0-2; datasets reopens only the shard it stood in (2: it had not moved past it)
-    # and skips its examples without yielding them; shards 0 and 1 are not opened again
-    resumed = calls.opened[calls.opened.index(0, 1):] if calls.opened.count(0) > 1 else []
-    assert resumed == [] or resumed[0] != 0, calls.opened
+    # 12 examples consumed = shards 0-2 (4 each), and the batch fetched ahead read into shard 3; the resumed stream
+    # opens only shard 2, where its saved position stood (datasets then skips its 4 consumed examples unyielded),
+    # and goes on from shard 3: shards 0 and 1 are never read again
+    interrupted, resumed = calls
+    assert interrupted.opened[:4] == [0, 1, 2, 3]
+    assert resumed.opened[:3] == [2, 3, 4], resumed.opened
 
 
 def test_datasets_shuffle_buffer_falls_back_to_the_exact_reread(make_args, tmp_path, caplog):
