@@ -497,6 +497,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("trainwell.compat.tf", "trainwell.compat.tf.trainer"): "module __getattr__: TFTrainer needs TensorFlow",
     ("trainwell.compat.tf", "trainwell.compat.tf.optimization"): "module __getattr__: needs TensorFlow",
     ("trainwell.data.flattening", "torch"): "only return_tensors='pt' needs torch; the numpy path stays torch-free",
+    ("trainwell.loops.train_loop", "tqdm.auto"): "only a resume re-reading a stream's batches shows its bar "
+                                                "(tqdm.auto probes for a notebook)",
     ("trainwell.checkpoint.store", "trainwell.checkpoint.commit"): "commit loads torch; the store module imports "
                                                                    "neither torch nor numpy (its docstring)",
 }

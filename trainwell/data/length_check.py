@@ -28,18 +28,19 @@ class LengthCheckedIterable(torch.utils.data.IterableDataset):
     def __init__(self, dataset: Any, description: str) -> None:
         self.dataset = dataset
         self.description = description
+        self.resumed = 0  # examples of the next pass yielded before a resume (the stream restored its position)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("dataset", "description"):
+        if name in ("dataset", "description", "resumed"):
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
     def __iter__(self) -> Iterator[Any]:
         expected = len(self.dataset)
-        count = 0
+        count, self.resumed = self.resumed, 0
         for item in self.dataset:
             count += 1
             if count > expected:  # raised when the loader asks for an example beyond __len__
@@ -47,6 +48,10 @@ class LengthCheckedIterable(torch.utils.data.IterableDataset):
             yield item
         if count != expected:
             raise ValueError(self._message(str(count), expected))
+
+    def resume_count(self, examples: int) -> None:
+        """The next pass starts ``examples`` in (the wrapped dataset restored its saved position): count from there."""
+        self.resumed = examples
 
     def _message(self, count: str, expected: int) -> str:
         return (f"The {self.description} dataset ({type(self.dataset).__name__}) yielded {count} examples in one "

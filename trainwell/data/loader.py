@@ -7,7 +7,7 @@ from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-__all__ = ["PreparedDataLoader", "build_dataloader", "has_length"]
+__all__ = ["PreparedDataLoader", "build_dataloader", "has_length", "stateful_loader_class"]
 
 
 def has_length(dataset: Any) -> bool:
@@ -57,6 +57,17 @@ class PreparedDataLoader(DataLoader):
         return int(total) if total is not None else len(self.dataset)  # type: ignore[arg-type]
 
 
+def stateful_loader_class() -> type | None:
+    """A :class:`PreparedDataLoader` that is also torchdata's ``StatefulDataLoader`` (its ``state_dict()`` holds
+    the position of an ``IterableDataset`` in every worker process); None when torchdata is not installed
+    (``pip install 'trainwell[stream]'``)."""
+    try:
+        from torchdata.stateful_dataloader import StatefulDataLoader
+    except ImportError:
+        return None
+    return type("PreparedStatefulDataLoader", (PreparedDataLoader, StatefulDataLoader), {})
+
+
 def build_dataloader(
     dataset: Any,
     *,
@@ -74,6 +85,7 @@ def build_dataloader(
     multiprocessing_context: Any = None,
     in_order: bool = True,
     num_processes: int = 1,
+    loader_class: type | None = None,
 ) -> Any:
     """A ``DataLoader`` over ``dataset``.
 
@@ -81,7 +93,8 @@ def build_dataloader(
     ``in_order`` are passed only when ``num_workers > 0``. An
     ``IterableDataset`` gets neither sampler nor shuffling (it orders itself); passing a ``sampler`` with one is
     an error. ``sampler`` and ``shuffle=True`` are mutually exclusive. The loader is a :class:`PreparedDataLoader`
-    whose ``total_batch_size`` counts ``num_processes`` (each taking ``batch_size`` per step), as accelerate's.
+    whose ``total_batch_size`` counts ``num_processes`` (each taking ``batch_size`` per step), as accelerate's
+    (``loader_class``: a subclass of it to build instead, e.g. :func:`stateful_loader_class`'s).
     """
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be at least 1 (per_device_*_batch_size).")
@@ -96,7 +109,7 @@ def build_dataloader(
     if isinstance(dataset, IterableDataset):
         if sampler is not None:
             raise ValueError("sampler was given for an IterableDataset, which orders itself: pass sampler=None.")
-        loader = PreparedDataLoader(dataset, **kwargs)
+        loader = (loader_class or PreparedDataLoader)(dataset, **kwargs)
     else:
         if sampler is not None and shuffle:
             raise ValueError("sampler and shuffle=True are mutually exclusive: shuffle inside the sampler instead.")

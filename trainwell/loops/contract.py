@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ..utils.trainer_state import TrainerControl, TrainerState
     from ..runtime.memory import TrainerMemoryTracker
     from ..utils.outputs import EvalLoopOutput
+    from ..data.stream_state import StreamPosition
     from .look_ahead import BatchLookAhead
     from .loop_state import Resumed, TrainPlan
 
@@ -58,9 +59,10 @@ class RunCheckpoints(Protocol):
 
     preempted: bool
 
-    def load(self, folder: Path, plan: TrainPlan, look_ahead: BatchLookAhead) -> Resumed:
-        """Restore everything saved in ``folder`` (``look_ahead``'s state too); returns the data position and the
-        loaded TrainerState."""
+    def load(self, folder: Path, plan: TrainPlan, look_ahead: BatchLookAhead,
+             data_stream: StreamPosition | None = None) -> Resumed:
+        """Restore everything saved in ``folder`` (``look_ahead``'s state and the stream's saved position too);
+        returns the data position and the loaded TrainerState."""
 
     def stop_if_preempted(self, model: nn.Module, trial: Any, tr_loss: torch.Tensor) -> bool:
         """On a received SIGTERM/SIGINT: save a checkpoint, ask the loop to stop and return True."""

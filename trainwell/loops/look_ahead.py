@@ -15,9 +15,12 @@ always does, and one declaring nothing (most users' own functions) is watched on
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..checkpoint.rng import capture_rng_state, restore_rng_state, rng_states_equal
+
+if TYPE_CHECKING:
+    from ..data.stream_state import StreamPosition
 
 __all__ = ["BatchLookAhead", "CHECKPOINT_NAME", "WATCHED_FETCHES"]
 
@@ -34,9 +37,12 @@ class BatchLookAhead:
     ``draws``: what the loader declares (see :func:`trainwell.data.loader.collator_draws_randomness`): True, keep
     the states before each fetch; False, never; None, watch the first :data:`WATCHED_FETCHES` fetches and stop when
     none drew. A checkpoint saves it like its other stateful parts (:meth:`state_dict` / :meth:`load_state_dict`).
+    ``stream``: the position of the loader's stream, recorded just before each fetch ahead (the state after the
+    last batch the step consumes; see :mod:`trainwell.data.stream_state`).
     """
 
-    def __init__(self, draws: bool | None) -> None:
+    def __init__(self, draws: bool | None, stream: StreamPosition | None = None) -> None:
+        self.stream = stream if stream is not None and stream.followed else None
         self.keeps_states = draws is not False
         self.watching = WATCHED_FETCHES if draws is None else 0
         # the random states from just before the fetch of the batch held ahead (None: nothing held, or not kept)
@@ -68,7 +74,10 @@ class BatchLookAhead:
             restore_rng_state(resumed)
         else:
             current = next(iterator, _END)
+        stream = self.stream
         while current is not _END:
+            if stream is not None:
+                stream.record()
             if self.keeps_states:
                 self._held = before = capture_rng_state()
                 pending = next(iterator, _END)
@@ -79,6 +88,8 @@ class BatchLookAhead:
             yield current
             current = pending
         self._held = None
+        if stream is not None:
+            stream.forget()
 
     def _watch(self, before: dict[str, Any]) -> None:
         """After a watched fetch: a fetch that drew keeps the copies for good; the last watched one that did not

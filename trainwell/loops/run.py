@@ -34,6 +34,7 @@ from ..utils.outputs import TrainOutput
 from .best_metric import MissingMetricError
 from . import train_hooks
 from .look_ahead import BatchLookAhead
+from ..data.stream_state import StreamPosition
 from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 from ..runtime.distributed import all_gather_object
 from .loss_scaling import LossRule, WindowScaler, default_count, probe_loss_rule
@@ -79,7 +80,9 @@ class TrainingRun:
         self.dataloader: DataLoader = trainer.get_train_dataloader()
         self.plan: TrainPlan = plan_training(args, self.dataloader, args.world_size, batch_size)
         # the loader's one-batch look-ahead: a stateful part of the checkpoint (its random states, per rank)
-        self.look_ahead = BatchLookAhead(collator_draws_randomness(self.dataloader))
+        # and the position of a stream that can say it (its state after the batches the steps consumed, per rank)
+        self.stream = StreamPosition.of(self.dataloader, world_size=args.world_size)
+        self.look_ahead = BatchLookAhead(collator_draws_randomness(self.dataloader), self.stream)
         # 2. A fresh state (a resume replaces it in 4.) and control.
         trainer.state = self._fresh_state(trainer.state)
         trainer.control = TrainerControl()
@@ -97,7 +100,7 @@ class TrainingRun:
             position = DataPosition()
             if resume_from is not None:
                 before = {id(p) for p in trainer.model.parameters()}
-                resumed = self.checkpoints.load(resume_from, self.plan, self.look_ahead)
+                resumed = self.checkpoints.load(resume_from, self.plan, self.look_ahead, self.stream)
                 position = resumed.position
                 if resumed.state is not None:
                     trainer.state = resumed.state

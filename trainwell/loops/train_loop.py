@@ -26,6 +26,7 @@ from .loop_state import DataPosition, LoopState, TrainPlan, plan_training
 from .loss_scaling import loss_divisors
 from .step import StepRunner
 from ..checkpoint.rng import capture_rng_state, restore_rng_state
+from ..data.stream_state import StreamPosition
 from ..utils.overrides import accepts
 
 if TYPE_CHECKING:
@@ -54,8 +55,11 @@ def _filled_groups(iterator: Iterator[Any], ga: int) -> Iterator[list[Any]]:
         yield group
 
 
-def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -> Iterator[Any]:
-    """The epoch's batches, starting ``skip_batches`` in: by seeking the sampler when it can, else by discarding."""
+def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int, *,
+                    stream: StreamPosition | None = None, progress: bool = False) -> Iterator[Any]:
+    """The epoch's batches, starting ``skip_batches`` in: by seeking the sampler when it can, by restoring the
+    stream's saved position (``stream``, :mod:`trainwell.data.stream_state`) when it has one, else by discarding
+    (logged with the count; a progress bar too with ``progress``)."""
     sampler = getattr(dataloader, "sampler", None)
     batch_sampler = getattr(dataloader, "batch_sampler", None)
     inner = getattr(batch_sampler, "sampler", None)
@@ -80,15 +84,29 @@ def _epoch_iterator(seed: int, dataloader: Any, epoch: int, skip_batches: int) -
         if seekable is not None and batch_sampler is not None:
             seekable.skip(skip_batches * batch_sampler.batch_size)
             return iter(dataloader)
+        if stream is not None and stream.restore(skip_batches):
+            resume_count = getattr(getattr(dataloader, "dataset", None), "resume_count", None)
+            if resume_count is not None and getattr(dataloader, "batch_size", None):
+                resume_count(skip_batches * dataloader.batch_size)  # the length check counts on from there
+            return iter(dataloader)
 
         # Read and dropped now, every random state kept: the uninterrupted run collated these batches before the
         # checkpoint's states were saved.
         states = capture_rng_state()
         iterator = iter(dataloader)
-        for _ in itertools.islice(iterator, skip_batches):
+        for _ in _rereading(itertools.islice(iterator, skip_batches), skip_batches, progress):
             pass
         restore_rng_state(states)
         return iterator
+
+
+def _rereading(batches: Iterator[Any], count: int, progress: bool) -> Iterator[Any]:
+    """``batches`` (the ``count`` re-read to reach a resumed position), behind a tqdm bar with ``progress``."""
+    if not progress:
+        return batches
+    from tqdm.auto import tqdm
+
+    return iter(tqdm(batches, total=count, desc="Re-reading the consumed batches", leave=False))
 
 
 def _log_save_evaluate_of(trainer: TrainLoopTrainer) -> Callable[..., None]:
@@ -124,7 +142,8 @@ def run_training(run: TrainingRun) -> TrainingRun:
     skip = 0 if args.ignore_data_skip else position.batches_in_epoch
     for epoch in range(position.epoch, plan.num_epochs):
         position.epoch, position.batches_in_epoch = epoch, skip
-        iterator = _epoch_iterator(args.seed, run.dataloader, epoch, skip)
+        iterator = _epoch_iterator(args.seed, run.dataloader, epoch, skip, stream=run.stream,
+                                   progress=not args.disable_tqdm and run.trainer.is_local_process_zero())
         iterator = run.look_ahead.batches(iterator, resuming=skip > 0)
         skip = 0
         model.train()

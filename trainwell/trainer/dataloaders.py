@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import torch
 
 from ..data.columns import RemoveColumnsCollator, remove_unused_columns_from_dataset
-from ..data.loader import build_dataloader, has_length
+from ..data.loader import build_dataloader, has_length, stateful_loader_class
 from ..data.sharding import is_sharded, seed_random_sampler_by_epoch, shard_dataloader
 from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
@@ -76,7 +76,10 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
         dataset = trainer._remove_unused_columns(dataset, description=description)
     else:
         collator = trainer._get_collator_with_removed_columns(collator, description=description)
-    sampler = None
+    sampler, loader_class = None, None
+    if is_training and args.dataloader_num_workers > 0 and _has_position(dataset):
+        # the stream's position lives in the worker processes: torchdata's loader collects it (when installed)
+        loader_class = stateful_loader_class()
     if isinstance(dataset, torch.utils.data.IterableDataset):
         if has_length(dataset) and args.dataloader_num_workers == 0:
             dataset = LengthCheckedIterable(dataset, name.removesuffix("_dataset"))  # yielding != __len__ raises
@@ -93,7 +96,7 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
         persistent_workers=args.dataloader_persistent_workers,
         prefetch_factor=args.dataloader_prefetch_factor, worker_init_fn=worker_init, num_processes=args.world_size,
         multiprocessing_context=getattr(args, "dataloader_multiprocessing_context", None),
-        in_order=getattr(args, "dataloader_in_order", True))
+        in_order=getattr(args, "dataloader_in_order", True), loader_class=loader_class)
     if sampler is not None and args.world_size > 1 and not is_sharded(sampler):
         # A sampler of an override (TRL's RepeatSampler, a script's): split as upstream's accelerator.prepare splits
         # every loader of _get_dataloader (trainwell's own samplers shard themselves)
@@ -103,6 +106,12 @@ def trainer_dataloader(trainer: DataTrainer, dataset: Any, description: str, bat
         loader._tw_source_dataset = source  # the dataset asked for (column removal may have made another)
         trainer._eval_dataloaders[dataloader_key] = loader
     return loader
+
+
+def _has_position(dataset: Any) -> bool:
+    """Whether ``dataset`` is a stream that can say its position (``state_dict`` / ``load_state_dict``)."""
+    return isinstance(dataset, torch.utils.data.IterableDataset) and all(
+        callable(getattr(dataset, name, None)) for name in ("state_dict", "load_state_dict"))
 
 
 def _sample(trainer: DataTrainer, sampler_fn: Callable[[Any], Any], dataset: Any) -> Any:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does n
     from ...checkpoint.lock import OutputDirLock
     from ...checkpoint.manager import CheckpointContents
     from ...checkpoint.preemption import PreemptionGuard
+    from ...data.stream_state import StreamPosition
     from ...loops.look_ahead import BatchLookAhead
     from ...loops.loop_state import DataPosition, LoopState, Resumed, TrainPlan
     from ...loops.run import TrainingRun
@@ -149,7 +150,8 @@ class TrainerCheckpoints:
         return AsyncSaver()
 
     def contents(self, *, loop: LoopState | None = None, tr_loss: torch.Tensor | None = None, stream: bool = False,
-                 hooks: bool = False, look_ahead: BatchLookAhead | None = None) -> CheckpointContents:
+                 hooks: bool = False, look_ahead: BatchLookAhead | None = None,
+                 data_stream: StreamPosition | None = None) -> CheckpointContents:
         """Everything resumable, as the checkpoint package expects it.
 
         ``stream``: a sharded model's weights are gathered one tensor at a time while they are written (a
@@ -157,13 +159,19 @@ class TrainerCheckpoints:
         files are written by the Trainer's ``_save`` and ``_save_optimizer_and_scheduler`` (a synchronous save).
         ``tr_loss`` is accepted for the callers' sake: the running loss is read from ``loop`` (so that an override
         calling ``super()._save_checkpoint(model, trial)`` without it still writes ``data_state.json``).
-        ``look_ahead``: the loader's look-ahead, a part saved per rank (default, with ``loop``: the running run's)."""
+        ``look_ahead``: the loader's look-ahead, a part saved per rank (default, with ``loop``: the running run's);
+        ``data_stream``: the position of the training stream, another per-rank part (the same default)."""
         from ...checkpoint.manager import CheckpointContents
+        from ...data.stream_state import CHECKPOINT_NAME as STREAM_NAME
         from ...loops.look_ahead import CHECKPOINT_NAME
 
         trainer = self._trainer
         run = trainer._tw_run if look_ahead is None and loop is not None else None
         look_ahead = run.look_ahead if run is not None else look_ahead
+        data_stream = getattr(run, "stream", None) if run is not None else data_stream
+        rank_parts: dict[str, Any] = {CHECKPOINT_NAME: look_ahead} if look_ahead is not None else {}
+        if data_stream is not None and data_stream.followed:
+            rank_parts[STREAM_NAME] = data_stream
         # every rank's running loss is gathered (a collective: contents runs on every rank at save time)
         data_state = loop.data_state(trainer.state.global_step) if loop is not None else None
         sharded = self.backend.caps.sharded_state
@@ -175,7 +183,7 @@ class TrainerCheckpoints:
             model=unwrap_model(trainer.model), optimizer=None if sharded else trainer.optimizer,
             scheduler=trainer.lr_scheduler, extra=dict(self.backend.state_dicts()), trainer_state=trainer.state,
             args=self.args, data_state=data_state, processing_class=trainer.processing_class,
-            rank_parts={CHECKPOINT_NAME: look_ahead} if look_ahead is not None else {},
+            rank_parts=rank_parts,
             save_only_model=self.args.save_only_model, safe_serialization=bool(self.args.save_safetensors),
             model_state_dict=None if not sharded else (self.backend.stream_state_dict(model_save=False) if stream
                                                          else self.backend.full_state_dict()))
@@ -319,15 +327,17 @@ class TrainerCheckpoints:
         if lock is not None:
             lock.release()
 
-    def load(self, folder: Path, plan: TrainPlan, look_ahead: BatchLookAhead | None = None) -> Resumed:
-        """Restore model, optimizer, scheduler, scaler, RNG and the run's ``look_ahead`` from ``folder``; returns the
+    def load(self, folder: Path, plan: TrainPlan, look_ahead: BatchLookAhead | None = None,
+             data_stream: StreamPosition | None = None) -> Resumed:
+        """Restore model, optimizer, scheduler, scaler, RNG, the run's ``look_ahead`` and its stream's saved position
+        (``data_stream``, applied when the epoch resumes) from ``folder``; returns the
         data position and the TrainerState (with this run's plan) to adopt, and the callbacks' states restored."""
         from ...backends.optimizer_state_forms import check_resumable
         from ...loops.loop_state import Resumed
 
         # another backend's optimizer state is refused now, on every rank, before anything is loaded
         check_resumable(folder, deepspeed=bool(getattr(self.args, "deepspeed", None)), world_size=self.args.world_size)
-        contents = self.contents(look_ahead=look_ahead)
+        contents = self.contents(look_ahead=look_ahead, data_stream=data_stream)
         trainer = self._trainer
         # upstream's overridable loaders, called where upstream calls them (into the temporary staging of the load)
         contents.load_model = lambda path: trainer._load_from_checkpoint(str(path))
