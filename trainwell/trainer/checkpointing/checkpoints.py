@@ -29,6 +29,7 @@ from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
 from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity, warn_older_run
 from .preemption_report import close_progress_bars, wait_for_preemption_save
+from .run_lock import lock_output_dir, warn_foreign_checkpoints
 from .resume_arguments import resolve_auto, warn_changed_arguments, warn_schedule_length_changed
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
@@ -201,7 +202,8 @@ class TrainerCheckpoints:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         recovered: list[Path] = []
         try:
-            self._lock_output_dir()  # a store that fails after the folder's lock was taken: both released below
+            # a store failing after the folder's lock was taken: that lock released there, the store's below
+            self.output_dir_lock = lock_output_dir(self.args, self.store, self.output_dir_lock)
             if self.args.should_save:
                 removed = cleanup_incomplete(self.output_dir, at_startup=True, recovered=recovered)
                 if removed:
@@ -231,7 +233,7 @@ class TrainerCheckpoints:
             logger.warning("resume_from_checkpoint=%s: resuming from %s, the newest checkpoint of %s (%s; an older "
                            "one is used if it is damaged)", "'auto'" if asked != resume_from_checkpoint else "True",
                            folder, self.args.output_dir, f"downloaded from {source}" if source else "local")
-        self._warn_foreign_checkpoints(folder)
+        warn_foreign_checkpoints(self.args, self.output_dir, folder)
         self.last, self.resumed_from = None, folder
         return folder
 
@@ -270,50 +272,6 @@ class TrainerCheckpoints:
 
             if is_dist():
                 barrier()
-
-    def _lock_output_dir(self) -> None:
-        """World process zero takes the ``output_dir`` lock; with several processes every rank learns the outcome
-        (one gather of a short string), so all of them fail together instead of waiting for rank 0."""
-        from ...checkpoint.lock import OutputDirLock, OutputDirLockedError
-
-        error: Exception | None = None
-        if self.args.process_index == 0 and self.output_dir_lock is None and self.args.output_dir:
-            lock = OutputDirLock(self.args.output_dir)
-            try:
-                lock.acquire()
-                self.output_dir_lock = lock
-            except OutputDirLockedError as err:
-                error = err
-            except OSError as err:  # a read-only output_dir: nothing of this run can collide there
-                logger.warning("Could not lock output_dir %s (%s); training without the lock, so make sure no other "
-                               "trainer uses this folder", self.args.output_dir, err)
-            if error is None and self.store is not None:
-                try:
-                    self.store.lock()
-                except Exception as err:  # held by another run, or out of reach: every rank fails with it, now
-                    error = err
-        if self.args.world_size > 1:
-            from ...runtime.distributed import all_gather_object, is_dist
-
-            if is_dist():
-                message = all_gather_object(str(error) if error is not None else None)[0]
-                if message is not None and error is None:
-                    error = OutputDirLockedError(f"(reported by rank 0) {message}")
-        if error is not None:
-            raise error
-
-    def _warn_foreign_checkpoints(self, resume_from: Path | None) -> None:
-        """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
-        from ...checkpoint.layout import list_foreign_checkpoints
-
-        if not self.args.should_save or self.args.save_strategy == "no":
-            return
-        start = resume_from.resolve() if resume_from is not None else None
-        newer = [p for p in list_foreign_checkpoints(self.output_dir) if p.resolve() != start]
-        if newer:
-            logger.warning("output_dir holds checkpoint folders trainwell did not write (no marker): %s. They are "
-                           "never deleted nor rotated, and a save at the same step fails instead of replacing them; "
-                           "move them elsewhere if this run may reach those steps.", [p.name for p in newer])
 
     def release_output_dir(self) -> None:
         """Release the ``output_dir`` lock taken by :meth:`resolve_resume` (a no-op when not held).

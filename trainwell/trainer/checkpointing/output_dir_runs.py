@@ -61,7 +61,7 @@ def claim_output_dir(args: Any, resume_from: Path | None, *, recovered: Abstract
         return
     earlier = [p for p in list_complete_checkpoints(args.output_dir) if p.name not in recovered]
     if not earlier or not args.should_save:
-        return  # another tool's folders only: trainwell never touches them (see _warn_foreign_checkpoints)
+        return  # another tool's folders only: trainwell never touches them (see run_lock.warn_foreign_checkpoints)
     writes_checkpoints = args.save_strategy != "no" or getattr(args, "enable_jit_checkpoint", False)
     if writes_checkpoints and args.overwrite_output_dir:
         for folder in earlier:
