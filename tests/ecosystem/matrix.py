@@ -45,8 +45,7 @@ EXPERIMENTAL_CASES = {
     "trl.experimental.bema_for_ref_model.dpo_trainer.DPOTrainer": "BEMADPOTrainer",
 }
 
-_NOT_YET = ("runs on one CPU process without vLLM as far as its source reads (not tried); no case yet: issue 41 "
-            "named the experimental trainers known to run")
+_NOT_YET = "runs on one CPU process without vLLM as far as its source reads; not tried yet, so no case so far"
 #: each trl.experimental class the matrix does not run -> why
 EXPERIMENTAL_LEFT_OUT = {
     "trl.experimental.async_grpo.async_grpo_trainer.AsyncGRPOTrainer":

@@ -15,6 +15,10 @@ A phase upstream itself does not support (it raises there) must raise the same e
 case runs every phase (the runs are shared by the phase tests of that case); the numbers of each case (largest
 relative difference, the resume's, wall time) go to ``matrix.json`` under pytest's base temporary folder and are
 printed (``-s``): the README's matrix table is made from them.
+
+``trl.experimental``'s trainers that run (matrix.py's EXPERIMENTAL_CASES) are held to the same checks
+(``test_experimental``), but one process per side runs all of them one after the other (jobs/experimental_job.py),
+so the imports are paid once.
 """
 
 from __future__ import annotations
