@@ -6,7 +6,8 @@ as TRL's documentation builds it and runs every phase of jobs/matrix_job.py (``r
 checkpoint every 3, evaluate, predict, load, resume from step 3), one case after the other, writing
 OUT/CASE/result.json in the matrix's format (its ``cpu_s`` is the case's own CPU time). One process for every case
 keeps the imports (most of a case's time) to one per side. Writes OUT/process.json last: the cases run, the
-process's CPU time (imports included) and its wall time.
+process's CPU time (imports included) and its wall time. The warnings and log lines go to OUT/job.log; the pipe
+gets one line per case.
 """
 
 import json
@@ -133,8 +134,34 @@ def main(world: Path, out: Path, cases: tuple) -> None:
                                                   "wall_s": round(time.perf_counter() - START, 1)}))
 
 
+def logging_to(path: Path) -> int:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: the warnings and log lines of every case,
+    more than a pipe holds) to ``path``; returns a duplicate of the former stderr. A test reading both sides' pipes
+    one after the other would otherwise stall this side once its pipe is full."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    former = os.dup(2)
+    with open(path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    return former
+
+
 if __name__ == "__main__":
+    import os
+    import traceback
+
     out_dir = Path(sys.argv[2])
     out_dir.mkdir(parents=True, exist_ok=True)
     chosen = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else CASES
-    main(Path(sys.argv[1]), out_dir, tuple(chosen))
+    former_stderr = logging_to(out_dir / "job.log")
+    try:
+        main(Path(sys.argv[1]), out_dir, tuple(chosen))
+    except BaseException:
+        os.write(former_stderr, f"{traceback.format_exc()}(the job's log: {out_dir / 'job.log'})\n".encode())
+        raise
+    for case in chosen:  # one line per case where the test shows it
+        errors = json.loads((out_dir / case / "result.json").read_text())["errors"]
+        os.write(former_stderr, f"{case}: {'errors ' + json.dumps(errors) if errors else 'every phase ran'}\n".encode())
