@@ -1,7 +1,8 @@
 """``trl.experimental``'s trainers in the library matrix, all in one process per side:
 ``python experimental_job.py WORLD OUT [--patch] [--cases A,B]``.
 
-Each case (CASES: ORPO, CPO, TPO, GKD, GMPO, OnlineDPO and DPO with the BEMA callback) is built on the tiny Llama
+Each case (CASES: ORPO, CPO, TPO, GKD, GMPO, OnlineDPO, DPO with the BEMA callback, A2PO, IWOPD) is built on the
+tiny Llama
 as TRL's documentation builds it and runs every phase of jobs/matrix_job.py (``run_case``: train 6 steps with a
 checkpoint every 3, evaluate, predict, load, resume from step 3), one case after the other, writing
 OUT/CASE/result.json in the matrix's format (its ``cpu_s`` is the case's own CPU time). One process for every case
@@ -29,7 +30,10 @@ from matrix_job import common, length_reward, llama_rows, metrics_of, run_case, 
 from world import preference_rows  # noqa: E402
 
 #: the experimental cases, in the order they run (the names of tests/ecosystem/matrix.py's EXPERIMENTAL_CASES)
-CASES = ("ORPOTrainer", "CPOTrainer", "TPOTrainer", "GKDTrainer", "GMPOTrainer", "OnlineDPOTrainer", "BEMADPOTrainer")
+CASES = ("ORPOTrainer", "CPOTrainer", "TPOTrainer", "GKDTrainer", "GMPOTrainer", "OnlineDPOTrainer", "BEMADPOTrainer",
+         "A2POTrainer", "IWOPDTrainer")
+#: the teacher of GKD and IWOPD, built by main()
+TEACHER = Path()
 #: a chat template for GKD's ChatML collator (the tiny tokenizer has none): the turns' texts, space-separated
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }} {% endfor %}"
 
@@ -89,14 +93,23 @@ def build(case: str, world: Path, out: Path, callbacks: list):
                           train_dataset=train, eval_dataset=evals, compute_metrics=metrics_of,
                           callbacks=[*callbacks, bema])
     sampling = dict(per_device_eval_batch_size=4)
+    teacher = str(TEACHER)  # main() built it: the tiny Llama of another seed
     if case == "GKDTrainer":
         from trl.experimental.gkd import GKDConfig, GKDTrainer
 
         tokenizer.chat_template = CHAT_TEMPLATE
         train, evals = rows("messages")
         config = GKDConfig(**{**base, **sampling}, max_new_tokens=4, max_length=32, lmbda=0.5, beta=0.5)
-        return GKDTrainer(model=llama, teacher_model=llama, args=config, processing_class=tokenizer,
+        return GKDTrainer(model=llama, teacher_model=teacher, args=config, processing_class=tokenizer,
                           train_dataset=train, eval_dataset=evals, callbacks=callbacks)
+    if case == "IWOPDTrainer":
+        from trl.experimental.iw_opd import IWOPDConfig, IWOPDTrainer
+
+        tokenizer.chat_template = CHAT_TEMPLATE
+        train, evals = rows("messages")
+        config = IWOPDConfig(**{**base, **sampling}, max_completion_length=4, max_length=32)
+        return IWOPDTrainer(model=llama, teacher_model=teacher, args=config, processing_class=tokenizer,
+                            train_dataset=train, eval_dataset=evals, callbacks=callbacks)
     train, evals = rows("prompt")
     if case == "GMPOTrainer":
         from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
@@ -110,6 +123,13 @@ def build(case: str, world: Path, out: Path, callbacks: list):
         config = OnlineDPOConfig(**{**base, **sampling}, max_new_tokens=4, max_length=32, beta=0.1)
         return OnlineDPOTrainer(model=llama, reward_funcs=length_reward, args=config, processing_class=tokenizer,
                                 train_dataset=train, eval_dataset=evals, callbacks=callbacks)
+    if case == "A2POTrainer":
+        from trl.experimental.a2po import A2POConfig, A2POTrainer
+
+        # before training, 2 completions per prompt from the reference policy estimate each prompt's value
+        config = A2POConfig(**{**base, **sampling}, max_completion_length=4, num_value_samples=2)
+        return A2POTrainer(model=llama, reward_funcs=length_reward, args=config, processing_class=tokenizer,
+                           train_dataset=train, eval_dataset=evals, callbacks=callbacks)
     raise SystemExit(f"unknown case {case!r}")
 
 
@@ -125,7 +145,10 @@ def cpu_seconds() -> float:
 
 def main(world: Path, out: Path, cases: tuple) -> None:
     import trl.experimental  # noqa: F401  (the imports once, before the first case's clock)
+    from world import build_tiny_llama
 
+    global TEACHER
+    TEACHER = build_tiny_llama(out / "teacher", seed=1)  # GKD's and IWOPD's (the student's own weights teach nothing)
     for case in cases:
         folder = out / case
         folder.mkdir(parents=True, exist_ok=True)
