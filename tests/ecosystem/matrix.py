@@ -45,9 +45,10 @@ EXPERIMENTAL_CASES = {
     "trl.experimental.bema_for_ref_model.dpo_trainer.DPOTrainer": "BEMADPOTrainer",
     "trl.experimental.a2po.a2po_trainer.A2POTrainer": "A2POTrainer",
     "trl.experimental.iw_opd.iw_opd_trainer.IWOPDTrainer": "IWOPDTrainer",
+    "trl.experimental.sdpo.sdpo_trainer.SDPOTrainer": "SDPOTrainer",
+    "trl.experimental.sdft.sdft_trainer.SDFTTrainer": "SDFTTrainer",
 }
 
-_NOT_YET = "runs on one CPU process without vLLM as far as its source reads; not tried yet, so no case so far"
 #: each trl.experimental class the matrix does not run -> why
 EXPERIMENTAL_LEFT_OUT = {
     "trl.experimental.async_grpo.async_grpo_trainer.AsyncGRPOTrainer":
@@ -61,8 +62,6 @@ EXPERIMENTAL_LEFT_OUT = {
     "trl.experimental.distillation.__init__.DistillationTrainer": "a deprecated alias of trl.DistillationTrainer "
                                                                   "(promoted to the stable API), whose case is "
                                                                   "DistillationTrainer",
-    "trl.experimental.sdpo.sdpo_trainer.SDPOTrainer": _NOT_YET,
-    "trl.experimental.sdft.sdft_trainer.SDFTTrainer": _NOT_YET,
     "trl.experimental.gold.gold_trainer.GOLDTrainer": "its dataset preparation tokenizes with byte offsets, "
                                                       "for ByteLevel BPE tokenizers only (NotImplementedError: "
                                                       "Cross-tokenizer ULD currently supports only ByteLevel BPE "

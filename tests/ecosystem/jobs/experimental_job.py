@@ -1,8 +1,8 @@
 """``trl.experimental``'s trainers in the library matrix, all in one process per side:
 ``python experimental_job.py WORLD OUT [--patch] [--cases A,B]``.
 
-Each case (CASES: ORPO, CPO, TPO, GKD, GMPO, OnlineDPO, DPO with the BEMA callback, A2PO, IWOPD) is built on the
-tiny Llama
+Each case (CASES: ORPO, CPO, TPO, GKD, GMPO, OnlineDPO, DPO with the BEMA callback, A2PO, IWOPD, SDPO, SDFT) is
+built on the tiny Llama
 as TRL's documentation builds it and runs every phase of jobs/matrix_job.py (``run_case``: train 6 steps with a
 checkpoint every 3, evaluate, predict, load, resume from step 3), one case after the other, writing
 OUT/CASE/result.json in the matrix's format (its ``cpu_s`` is the case's own CPU time). One process for every case
@@ -31,7 +31,7 @@ from world import preference_rows  # noqa: E402
 
 #: the experimental cases, in the order they run (the names of tests/ecosystem/matrix.py's EXPERIMENTAL_CASES)
 CASES = ("ORPOTrainer", "CPOTrainer", "TPOTrainer", "GKDTrainer", "GMPOTrainer", "OnlineDPOTrainer", "BEMADPOTrainer",
-         "A2POTrainer", "IWOPDTrainer")
+         "A2POTrainer", "IWOPDTrainer", "SDPOTrainer", "SDFTTrainer")
 #: the teacher of GKD and IWOPD, built by main()
 TEACHER = Path()
 #: a chat template for GKD's ChatML collator (the tiny tokenizer has none): the turns' texts, space-separated
@@ -130,6 +130,26 @@ def build(case: str, world: Path, out: Path, callbacks: list):
         config = A2POConfig(**{**base, **sampling}, max_completion_length=4, num_value_samples=2)
         return A2POTrainer(model=llama, reward_funcs=length_reward, args=config, processing_class=tokenizer,
                            train_dataset=train, eval_dataset=evals, callbacks=callbacks)
+    if case == "SDPOTrainer":
+        from trl.experimental.sdpo import SDPOConfig, SDPOTrainer
+
+        # the teacher: the initial student (the default, an EMA of the student kept by a callback, is in no
+        # checkpoint, upstream as here, so no resumed run could equal the uninterrupted one)
+        config = SDPOConfig(**{**base, **sampling}, max_completion_length=4, num_generations=2,
+                            teacher_model_kind="base")
+        return SDPOTrainer(model=llama, reward_funcs=length_reward, args=config, processing_class=tokenizer,
+                           train_dataset=train, eval_dataset=evals, callbacks=callbacks)
+    if case == "SDFTTrainer":
+        from datasets import Dataset
+        from trl.experimental.sdft import SDFTConfig, SDFTTrainer
+
+        # the teacher's prompt: the prompt with a privileged context; its top 8 logits (the default 100 is more
+        # than the tiny vocabulary)
+        train, evals = (Dataset.from_list([{**r, "privileged_context": "the cat sat on the mat"} for r in data])
+                        for data in (train, evals))
+        config = SDFTConfig(**{**base, **sampling}, max_completion_length=4, num_generations=2, distillation_topk=8)
+        return SDFTTrainer(model=llama, args=config, processing_class=tokenizer, train_dataset=train,
+                           eval_dataset=evals, callbacks=callbacks)
     raise SystemExit(f"unknown case {case!r}")
 
 
