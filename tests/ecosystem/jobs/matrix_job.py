@@ -278,12 +278,10 @@ def write_weights(model, path: Path) -> None:
     save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, str(path))
 
 
-def run_case(case: str, world: Path, out: Path, *, build=build, probe=probe, cpu_since: float = 0.0,
-             unsupported: dict | None = None) -> dict:
+def run_case(case: str, world: Path, out: Path, *, build=build, probe=probe, cpu_since: float = 0.0) -> dict:
     """Every phase of ``case`` (its trainer from ``build(case, world, folder, callbacks)``, its saved folder read
     back by ``probe(case, folder)``), written to OUT/result.json and returned; ``cpu_s`` is the process's CPU time
-    less ``cpu_since`` (jobs/experimental_job.py runs several cases in one process); ``unsupported`` names phases
-    the route does not offer ({phase: why}): they are not run."""
+    less ``cpu_since`` (jobs/experimental_job.py runs several cases in one process)."""
     result: dict = {"errors": {}, "seconds": {}}
     state: dict = {}
 
@@ -325,9 +323,6 @@ def run_case(case: str, world: Path, out: Path, *, build=build, probe=probe, cpu
     phases = (("train", train), ("evaluate", evaluate), ("predict", predict), ("load", load), ("resume", resume))
     if case == "setfit":
         phases = setfit_phases(world, out, result, state)
-    if unsupported:
-        result["unsupported"] = {**result.get("unsupported", {}), **unsupported}
-        phases = tuple((name, body) for name, body in phases if name not in unsupported)
     for name, body in phases:
         if "train" in result["errors"] and name != "train":
             result["errors"][name] = "not run: train failed"
