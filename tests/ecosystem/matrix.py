@@ -32,10 +32,43 @@ CASES = {
     "setfit.trainer.BCSentenceTransformersTrainer": "setfit",
 }
 
-EXPERIMENTAL = ("trl.experimental: outside TRL's stable API (not in trl.__all__; its classes change without "
-                "deprecation); each would need its own optional dependencies and case")
+#: each trl.experimental class the matrix runs (module.qualname, as experimental_trainers() finds it) -> its case of
+#: jobs/experimental_job.py (all of them in one process per side)
+EXPERIMENTAL_CASES = {
+    "trl.experimental.orpo.orpo_trainer.ORPOTrainer": "ORPOTrainer",
+    "trl.experimental.cpo.cpo_trainer.CPOTrainer": "CPOTrainer",
+    "trl.experimental.tpo.tpo_trainer.TPOTrainer": "TPOTrainer",
+    "trl.experimental.gkd.gkd_trainer.GKDTrainer": "GKDTrainer",
+    "trl.experimental.gmpo.gmpo_trainer.GMPOTrainer": "GMPOTrainer",
+    "trl.experimental.online_dpo.online_dpo_trainer.OnlineDPOTrainer": "OnlineDPOTrainer",
+    # DPO whose callbacks get the reference model, with its BEMACallback updating the reference model
+    "trl.experimental.bema_for_ref_model.dpo_trainer.DPOTrainer": "BEMADPOTrainer",
+    "trl.experimental.a2po.a2po_trainer.A2POTrainer": "A2POTrainer",
+    "trl.experimental.iw_opd.iw_opd_trainer.IWOPDTrainer": "IWOPDTrainer",
+    "trl.experimental.sdpo.sdpo_trainer.SDPOTrainer": "SDPOTrainer",
+    "trl.experimental.sdft.sdft_trainer.SDFTTrainer": "SDFTTrainer",
+}
 
-#: each shipped class the matrix does not run -> why (trl.experimental's are found by experimental_trainers())
+#: each trl.experimental class the matrix does not run -> why
+EXPERIMENTAL_LEFT_OUT = {
+    "trl.experimental.async_grpo.async_grpo_trainer.AsyncGRPOTrainer":
+        "generates on a vLLM server (its rollout worker's VLLMClient at vllm_server_base_url): no vLLM here",
+    "trl.experimental.async_distillation.async_distillation_trainer.AsyncDistillationTrainer":
+        "generates on a vLLM server (its rollout worker's VLLMClient at vllm_server_base_url): no vLLM here",
+    "trl.experimental.server_distillation.server_distillation_trainer.ServerDistillationTrainer":
+        "its teacher's log-probabilities come from a vLLM server (teacher_model_server_url): no vLLM here",
+    "trl.experimental.kto.__init__.KTOTrainer": "a deprecated alias of trl.KTOTrainer (promoted to the stable API), "
+                                                "whose case is KTOTrainer",
+    "trl.experimental.distillation.__init__.DistillationTrainer": "a deprecated alias of trl.DistillationTrainer "
+                                                                  "(promoted to the stable API), whose case is "
+                                                                  "DistillationTrainer",
+    "trl.experimental.gold.gold_trainer.GOLDTrainer": "its dataset preparation tokenizes with byte offsets, "
+                                                      "for ByteLevel BPE tokenizers only (NotImplementedError: "
+                                                      "Cross-tokenizer ULD currently supports only ByteLevel BPE "
+                                                      "tokenizers); the offline tiny tokenizer is word-level",
+}
+
+#: each shipped class the matrix does not run -> why (trl.experimental's: EXPERIMENTAL_LEFT_OUT)
 LEFT_OUT = {
     "trl.trainer.base_trainer._BaseTrainer": "TRL's private base class (no route of its own; its subclasses run)",
     "sentence_transformers.base.trainer.BaseTrainer": "sentence-transformers' abstract base class (no model of its "

@@ -15,6 +15,10 @@ A phase upstream itself does not support (it raises there) must raise the same e
 case runs every phase (the runs are shared by the phase tests of that case); the numbers of each case (largest
 relative difference, the resume's, wall time) go to ``matrix.json`` under pytest's base temporary folder and are
 printed (``-s``): docs/ecosystem.md's matrix table is made from them.
+
+``trl.experimental``'s trainers that run (matrix.py's EXPERIMENTAL_CASES) are held to the same checks
+(``test_experimental``), but one process per side runs all of them one after the other (jobs/experimental_job.py),
+so the imports are paid once.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from matrix import (CASES, EXPERIMENTAL, LEFT_OUT, evaluation_entries, experimental_trainers, largest,
-                    resumed_entries, shipped_trainers, summary, training_entries, weights_difference)
+from matrix import (CASES, EXPERIMENTAL_CASES, EXPERIMENTAL_LEFT_OUT, LEFT_OUT, evaluation_entries,
+                    experimental_trainers, largest, resumed_entries, shipped_trainers, summary, training_entries,
+                    weights_difference)
 from parity import run_both
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not (find_spec("trl") and find_spec("sentence_transformers")
@@ -44,10 +49,16 @@ KNOWN: dict[tuple[str, str], str] = {}
 
 def test_every_shipped_trainer_is_in_the_matrix():
     """Each Trainer subclass of the installed libraries has a case or a reason: a new one fails here."""
-    shipped = shipped_trainers()
+    shipped = {name for name in shipped_trainers() if not name.startswith("trl.experimental.")}  # below
     assert shipped - set(CASES) - set(LEFT_OUT) == set(), "give these classes a case in CASES or a reason in LEFT_OUT"
     assert set(CASES) | set(LEFT_OUT) <= shipped, "CASES/LEFT_OUT name classes the libraries no longer ship"
-    assert experimental_trainers(), "trl.experimental's trainers were not found (left out as: " + EXPERIMENTAL + ")"
+    experimental = experimental_trainers()
+    assert experimental, "trl.experimental's trainers were not found"
+    assert experimental - set(EXPERIMENTAL_CASES) - set(EXPERIMENTAL_LEFT_OUT) == set(), \
+        "give these trl.experimental classes a case in EXPERIMENTAL_CASES or a reason in EXPERIMENTAL_LEFT_OUT"
+    assert set(EXPERIMENTAL_CASES) | set(EXPERIMENTAL_LEFT_OUT) <= experimental, \
+        "EXPERIMENTAL_CASES/EXPERIMENTAL_LEFT_OUT name classes trl.experimental no longer ships"
+    assert not set(EXPERIMENTAL_CASES) & set(EXPERIMENTAL_LEFT_OUT), "a class both run and left out"
 
 
 @pytest.fixture(scope="session")
@@ -82,6 +93,33 @@ def matrix_runs(world: Path, tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
+@pytest.fixture(scope="session")
+def experimental_runs(world: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every case of trl.experimental (jobs/experimental_job.py: all of them one after the other in one process per
+    side, both sides at once), run once; returns ``{case: runs}`` in matrix_runs' shape."""
+    out = tmp_path_factory.mktemp("experimental")
+    start = time.perf_counter()
+    both = run_both("experimental_job.py", [str(world)], out, route="patch", timeout=900, reads="process.json")
+    wall = round(time.perf_counter() - start, 1)
+    report = tmp_path_factory.getbasetemp() / "matrix.json"
+    numbers = json.loads(report.read_text()) if report.is_file() else {}
+    numbers["experimental"] = {"wall_s": wall,
+                               "cpu_s": {side: both[side]["cpu_s"] for side in ("upstream", "trainwell")}}
+    print(f"\nmatrix experimental (all cases): {json.dumps(numbers['experimental'])}")
+    done = {}
+    for case in both["upstream"]["cases"]:
+        folders = {side: both["folder"][side] / case for side in ("upstream", "trainwell")}
+        runs = {side: json.loads((folders[side] / "result.json").read_text()) for side in folders}
+        runs["folder"] = folders
+        # the case's own time: its phases on the slower side (imports once per process, in the total above)
+        runs["wall_s"] = round(max(sum(runs[side]["seconds"].values()) for side in folders), 1)
+        done[case] = runs
+        numbers[case] = measure(runs)
+        print(f"matrix {case}: {json.dumps(numbers[case])}")
+    report.write_text(json.dumps(numbers, indent=1))
+    return done
+
+
 def measure(runs: dict) -> dict:
     """The numbers of the README's table, without asserting: per phase, the largest relative difference to
     upstream (inf where the phase failed or the shapes differ); the resume's against the uninterrupted run on
@@ -113,9 +151,9 @@ def measure(runs: dict) -> dict:
     return numbers
 
 
-def cases() -> list:
+def cases(classes: dict = CASES) -> list:
     params = []
-    for case in CASES.values():
+    for case in classes.values():
         for phase in PHASES:
             marks = [pytest.mark.xfail(strict=True, reason=KNOWN[case, phase])] if (case, phase) in KNOWN else []
             params.append(pytest.param(case, phase, marks=marks, id=f"{case}-{phase}"))
@@ -124,7 +162,20 @@ def cases() -> list:
 
 @pytest.mark.parametrize("case, phase", cases())
 def test_matrix(matrix_runs, case: str, phase: str):
-    runs = matrix_runs(case)
+    check_phase(matrix_runs(case), phase)
+
+
+@pytest.mark.parametrize("case, phase", cases(EXPERIMENTAL_CASES))
+def test_experimental(experimental_runs, case: str, phase: str):
+    """trl.experimental's trainers that run, held to the same checks (one process per side for all of them)."""
+    assert case in experimental_runs, f"{case} did not run (jobs/experimental_job.py CASES)"
+    # a class that cannot train here is left out with its reason, not a case whose errors match
+    assert "train" not in experimental_runs[case]["upstream"]["errors"], experimental_runs[case]["upstream"]["errors"]
+    check_phase(experimental_runs[case], phase)
+
+
+def check_phase(runs: dict, phase: str) -> None:
+    """One phase of one case against upstream (or, where upstream raises, the same error)."""
     up, ours, folders = runs["upstream"], runs["trainwell"], runs["folder"]
     if phase in up.get("unsupported", {}):
         pytest.skip(up["unsupported"][phase])

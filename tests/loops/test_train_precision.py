@@ -86,3 +86,55 @@ def test_without_mixed_precision_nothing_is_hooked(tmp_path):
     from trainwell.loops.train_hooks import upcasts_outputs
 
     assert not upcasts_outputs(trainwell.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none"))
+
+
+class Recorder(Classifier):
+    """Records, per forward call, whether it ran in autocast; the logits it returns are as computed."""
+
+    def __init__(self, seen: list[str], name: str) -> None:
+        super().__init__()
+        self.seen, self.name = seen, name
+
+    def forward(self, x, labels=None):
+        self.seen.append(f"{self.name}:{torch.is_autocast_enabled('cpu')}")
+        return super().forward(x, labels)
+
+
+def _outside_calls(lib, tmp_path) -> list[str]:
+    """A library's own prediction_step and a reference model prepared with ``evaluation_mode=True``, both calling
+    the forward outside the Trainer's steps (TRL's ORPO / OnlineDPO): per call, autocast on or off and the
+    dtype the caller got."""
+    seen: list[str] = []
+
+    class Library(lib.Trainer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.ref_model = self.accelerator.prepare_model(Recorder(seen, "ref"), evaluation_mode=True)
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            with torch.no_grad():
+                seen.append(str(self.ref_model(inputs["x"])["logits"].dtype))
+            return super().training_step(model, inputs, num_items_in_batch)
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+            with torch.no_grad():
+                outputs = model(**inputs)
+            seen.append(str(outputs["logits"].dtype))
+            return outputs["loss"].detach(), None, None
+
+    args = lib.TrainingArguments(output_dir=str(tmp_path / lib.__name__), per_device_train_batch_size=4,
+                                 per_device_eval_batch_size=8, max_steps=1, report_to="none", use_cpu=True,
+                                 disable_tqdm=True, save_strategy="no", bf16=True)
+    trainer = Library(model=Recorder(seen, "model"), args=args, train_dataset=_data(), eval_dataset=_data())
+    trainer.train()
+    trainer.evaluate()
+    return seen
+
+
+@pytest.mark.slow  # over a second
+def test_bf16_forward_called_outside_the_trainers_steps_runs_in_autocast_as_upstream(tmp_path):
+    """accelerate's prepare_model replaces the forward (autocast, float32 outputs): a library's prediction_step
+    and a reference model it prepared compute in bf16 too, and get float32 logits."""
+    ours = _outside_calls(trainwell, tmp_path)
+    assert ours == _outside_calls(transformers, tmp_path)
+    assert ours == ["ref:True", "torch.float32", "model:True", "model:True", "torch.float32"]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 import torch
 
+from ..utils.model_utils import unwrap_model
 from ..utils.overrides import call_override
 from ..utils.reporting import speed_metrics
 from ..utils.outputs import EvalLoopOutput, EvalPrediction, PredictionOutput
@@ -27,6 +28,7 @@ from .accumulate import OutputAccumulator, find_batch_size
 from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows, predicting_batch
 from .nested import nested_detach, nested_map, upcast_half
 from .remainder_cut import RemainderCut
+from .train_hooks import forward_precision, upcasts_outputs
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -276,10 +278,15 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
     trainer.callback_handler.eval_dataloader = dataloader
     if args.past_index >= 0:
         trainer._past = None
+    # the forward in mixed precision wherever a library calls it (its own prediction_step), as accelerate prepares it
+    precision = forward_precision(unwrap_model(model), trainer.backend.autocast) \
+        if upcasts_outputs(args) and isinstance(model, torch.nn.Module) else None
     try:
         accumulators, batch_metrics, observed = _eval_batches(
             trainer, model, dataloader, description, prediction_loss_only, ignore_keys)
     finally:
+        if precision is not None:
+            precision.remove()
         if args.past_index >= 0:
             trainer._past = None  # not carried into training (upstream deletes it; None keeps the attribute)
         if optimizer_in_train_mode:

@@ -164,7 +164,8 @@ class TrainingRun:
             enable_gradient_checkpointing(unwrap_model(trainer.model), checkpointing_kwargs)
         backend.prepare_model(trainer.model, training=True)
         trainer.model = _set_by(backend.model, f"{type(backend).__name__}.prepare_model", "the model")
-        hooks = train_hooks.attach(args, trainer.model, self.callbacks)  # none unless the arguments ask for one
+        hooks = train_hooks.attach(args, trainer.model, self.callbacks,  # none unless the arguments ask
+                                   autocast=backend.autocast)
         try:
             trainer.create_optimizer_and_scheduler(num_training_steps=self.plan.max_steps)
             optimizer = _set_by(trainer.optimizer, "create_optimizer_and_scheduler (or an override of it)",

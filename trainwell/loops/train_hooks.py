@@ -8,6 +8,9 @@ training ends, after an error too.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -74,6 +77,61 @@ def float32_outputs_hook(module: nn.Module, inputs: Any, output: Any) -> Any:
     return upcast_half(output)
 
 
+class _ForwardPrecision:
+    """The two hooks of :func:`forward_precision`: autocast entered before the forward, left after it (an exception
+    too), and the outputs upcast to float32."""
+
+    def __init__(self, autocast: Callable[[], AbstractContextManager[Any]]) -> None:
+        self.autocast = autocast
+        self.open: list[AbstractContextManager[Any]] = []  # a stack: a forward may run inside another (generate)
+
+    def enter(self, module: nn.Module, inputs: Any) -> None:
+        context = self.autocast()
+        context.__enter__()
+        self.open.append(context)
+
+    def leave(self, module: nn.Module, inputs: Any, output: Any) -> Any:
+        if self.open:
+            self.open.pop().__exit__(None, None, None)
+        return upcast_half(output)
+
+
+class _Unhook:
+    """Removes the hooks of one :func:`forward_precision` and frees the module for another."""
+
+    def __init__(self, module: nn.Module, handles: list[Any]) -> None:
+        self.module, self.handles = module, handles
+
+    def remove(self) -> None:
+        handles, self.handles = self.handles, []
+        for handle in handles:
+            handle.remove()
+        if handles:
+            _PRECISION_HOOKED.discard(self.module)
+
+
+#: the modules whose forward runs under forward_precision's hooks now (one pair of hooks per module)
+_PRECISION_HOOKED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+
+
+def forward_precision(model: nn.Module, autocast: Callable[[], AbstractContextManager[Any]]) -> Any:
+    """Run ``model``'s forward in ``autocast()`` and upcast its half-precision outputs to float32, wherever it is
+    called from; returns a handle whose ``remove()`` undoes it (a no-op handle when ``model`` is hooked already).
+
+    Upstream rule: under fp16/bf16, accelerate's ``prepare_model`` replaces the model's forward by one that runs in
+    autocast and returns float32 outputs (``convert_outputs_to_fp32``), so every call of the prepared model is mixed
+    precision, not only the ones the Trainer makes: a library's own ``prediction_step`` (TRL's ORPO, CPO, TPO) or
+    the generation inside its ``training_step`` (GKD, OnlineDPO) too. The Trainer's own steps keep their autocast
+    context (around the loss as well); these hooks add it where a library calls the model outside them."""
+    if model in _PRECISION_HOOKED:
+        return _Unhook(model, [])
+    hooks = _ForwardPrecision(autocast)
+    handles = [model.register_forward_pre_hook(hooks.enter),
+               model.register_forward_hook(hooks.leave, always_call=True)]
+    _PRECISION_HOOKED.add(model)
+    return _Unhook(model, handles)
+
+
 def upcasts_outputs(args: TrainingArguments) -> bool:
     """Whether the model's outputs are upcast to float32: under fp16/bf16 autocast, not DeepSpeed's own precision.
 
@@ -109,11 +167,15 @@ class TrainHooks:
             detector.remove()
 
 
-def attach(args: TrainingArguments, model: nn.Module, callbacks: CallbackHandler) -> TrainHooks:
-    """Register the hooks ``args`` asks for on ``model`` (and the ``torch_empty_cache_steps`` callback)."""
+def attach(args: TrainingArguments, model: nn.Module, callbacks: CallbackHandler,
+           autocast: Callable[[], AbstractContextManager[Any]] | None = None) -> TrainHooks:
+    """Register the hooks ``args`` asks for on ``model`` (and the ``torch_empty_cache_steps`` callback);
+    ``autocast``: the backend's mixed-precision context, for :func:`forward_precision`."""
     hooks = TrainHooks(callbacks)
     try:
-        if upcasts_outputs(args):  # float32 outputs under autocast, as accelerate's convert_outputs_to_fp32
+        if upcasts_outputs(args) and autocast is not None:  # the forward as accelerate prepares it
+            hooks.handles.append(forward_precision(unwrap_model(model), autocast))
+        elif upcasts_outputs(args):  # float32 outputs under autocast, as accelerate's convert_outputs_to_fp32
             hooks.handles.append(model.register_forward_hook(float32_outputs_hook))
         if args.neftune_noise_alpha is not None:
             embeddings = _input_embeddings(model)

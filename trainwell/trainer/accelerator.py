@@ -23,6 +23,7 @@ from ..args.runtime import DistributedState
 from ..runtime.distributed import all_gather_object, is_dist
 from ..loops.gather import gather_across_ranks, is_placeholder_batch
 from ..loops.nested import nested_map
+from ..loops.train_hooks import forward_precision, upcasts_outputs
 from ..utils.model_utils import unwrap_model
 from ..data.sharding import seed_random_sampler_by_epoch, shard_dataloader
 
@@ -219,7 +220,13 @@ class TrainerAccelerator(DistributedState):
                       evaluation_mode: bool = False) -> nn.Module:
         """``model`` on this process's device (unless ``device_placement=False``). A model trained by the Trainer
         is wrapped by its backend when training starts; ``evaluation_mode=True`` (a frozen reference model, as
-        TRL's DPO passes) needs no wrapper, so it is only placed."""
+        TRL's DPO passes) needs no wrapper, so it is only placed.
+
+        Under fp16/bf16 (DeepSpeed aside) its forward runs in the Trainer's autocast with float32 outputs from
+        now on, wherever it is called, as accelerate's ``prepare_model`` replaces the forward: a reference model
+        that a library runs outside the Trainer's own steps (TRL's OnlineDPO) computes as it does upstream."""
+        if upcasts_outputs(self._trainer.args):
+            forward_precision(unwrap_model(model), lambda: self._trainer.backend.autocast())
         if device_placement is False:
             return model
         return model.to(self.device)

@@ -189,20 +189,26 @@ def build(case: str, world: Path, out: Path, callbacks: list):
     return build_st(case, world, out, callbacks)
 
 
+def transformers_outputs(folder: Path, sequence_classification: bool = False) -> list:
+    """A saved transformers model (``AutoModelForCausalLM``, or ``AutoModelForSequenceClassification``) and its
+    tokenizer loaded from ``folder``: a summary of its logits on PROBE."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    loader = AutoModelForSequenceClassification if sequence_classification else AutoModelForCausalLM
+    model, tok = loader.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(folder))
+    with torch.no_grad():
+        values = model(**tok(PROBE, return_tensors="pt", padding=True)).logits
+    return summarize(values.numpy())
+
+
 def probe(case: str, folder: Path) -> list:
     """The saved folder loaded by its library's own loader, and its outputs on PROBE (a few numbers)."""
     import numpy as np
-    import torch
 
     if case in ("SFTTrainer", "DPOTrainer", "KTOTrainer", "GRPOTrainer", "RLOOTrainer", "DistillationTrainer",
                 "RewardTrainer"):
-        from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
-
-        loader = AutoModelForSequenceClassification if case == "RewardTrainer" else AutoModelForCausalLM
-        model, tok = loader.from_pretrained(str(folder)), AutoTokenizer.from_pretrained(str(folder))
-        with torch.no_grad():
-            values = model(**tok(PROBE, return_tensors="pt", padding=True)).logits
-        return summarize(values.numpy())
+        return transformers_outputs(folder, sequence_classification=case == "RewardTrainer")
     import sentence_transformers as st
 
     if case == "CrossEncoderTrainer":
@@ -272,7 +278,10 @@ def write_weights(model, path: Path) -> None:
     save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}, str(path))
 
 
-def main(case: str, world: Path, out: Path) -> None:
+def run_case(case: str, world: Path, out: Path, *, build=build, probe=probe, cpu_since: float = 0.0) -> dict:
+    """Every phase of ``case`` (its trainer from ``build(case, world, folder, callbacks)``, its saved folder read
+    back by ``probe(case, folder)``), written to OUT/result.json and returned; ``cpu_s`` is the process's CPU time
+    less ``cpu_since`` (jobs/experimental_job.py runs several cases in one process)."""
     result: dict = {"errors": {}, "seconds": {}}
     state: dict = {}
 
@@ -320,11 +329,12 @@ def main(case: str, world: Path, out: Path) -> None:
             continue
         phase(name, body)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    result["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 1)  # imports included; what an idle machine's wall is
+    result["cpu_s"] = round(usage.ru_utime + usage.ru_stime - cpu_since, 1)  # imports included where cpu_since is 0
     (out / "result.json").write_text(json.dumps(result, default=float))
+    return result
 
 
 if __name__ == "__main__":
     out_dir = Path(sys.argv[3])
     out_dir.mkdir(parents=True, exist_ok=True)
-    main(sys.argv[1], Path(sys.argv[2]), out_dir)
+    run_case(sys.argv[1], Path(sys.argv[2]), out_dir)
