@@ -12,7 +12,6 @@ gets one line per case.
 """
 
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,8 @@ if "--patch" in sys.argv:
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from matrix_job import common, length_reward, llama_rows, metrics_of, run_case, transformers_outputs  # noqa: E402
+from matrix_job import (common, cpu_seconds, length_reward, llama_rows, logging_to, metrics_of,  # noqa: E402
+                        run_case, transformers_outputs)
 from world import preference_rows  # noqa: E402
 
 #: the experimental cases, in the order they run (the names of tests/ecosystem/matrix.py's EXPERIMENTAL_CASES)
@@ -158,11 +158,6 @@ def probe(case: str, folder: Path) -> list:
     return transformers_outputs(folder)
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main(world: Path, out: Path, cases: tuple) -> None:
     import trl.experimental  # noqa: F401  (the imports once, before the first case's clock)
     from world import build_tiny_llama
@@ -175,21 +170,6 @@ def main(world: Path, out: Path, cases: tuple) -> None:
         run_case(case, world, folder, build=build, probe=probe, cpu_since=cpu_seconds())
     (out / "process.json").write_text(json.dumps({"cases": list(cases), "cpu_s": round(cpu_seconds(), 1),
                                                   "wall_s": round(time.perf_counter() - START, 1)}))
-
-
-def logging_to(path: Path) -> int:
-    """Send this process's stdout and stderr (file descriptors 1 and 2: the warnings and log lines of every case,
-    more than a pipe holds) to ``path``; returns a duplicate of the former stderr. A test reading both sides' pipes
-    one after the other would otherwise stall this side once its pipe is full."""
-    import os
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    former = os.dup(2)
-    with open(path, "w") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-    return former
 
 
 if __name__ == "__main__":

@@ -334,6 +334,26 @@ def run_case(case: str, world: Path, out: Path, *, build=build, probe=probe, cpu
     return result
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def logging_to(path: Path) -> int:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: the warnings and log lines of every case,
+    more than a pipe holds) to ``path``; returns a duplicate of the former stderr. A test reading both sides' pipes
+    one after the other would otherwise stall this side once its pipe is full."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    former = os.dup(2)
+    with open(path, "w") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    return former
+
+
 if __name__ == "__main__":
     out_dir = Path(sys.argv[3])
     out_dir.mkdir(parents=True, exist_ok=True)
