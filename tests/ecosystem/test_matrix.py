@@ -11,14 +11,13 @@ phase is held to upstream's:
 - ``resume``: a fresh trainer resumed from the checkpoint of step 3 equals the uninterrupted run of 6 steps on
   trainwell (the ground truth: every number logged after step 3, the summary's ``train_loss`` and the weights).
 
-A phase upstream itself does not support (it raises there) must raise the same error here. One process per side per
-case runs every phase (the runs are shared by the phase tests of that case); the numbers of each case (largest
-relative difference, the resume's, wall time) go to ``matrix.json`` under pytest's base temporary folder and are
-printed (``-s``): docs/ecosystem.md's matrix table is made from them.
+A phase upstream itself does not support (it raises there) must raise the same error here. One process per side
+runs every case, one after the other (the imports paid once; the runs are shared by the phase tests); the numbers
+of each case (largest relative difference, the resume's, its own wall and CPU time) go to ``matrix.json`` under
+pytest's base temporary folder and are printed (``-s``): docs/ecosystem.md's matrix table is made from them.
 
 ``trl.experimental``'s trainers that run (matrix.py's EXPERIMENTAL_CASES) are held to the same checks
-(``test_experimental``), but one process per side runs all of them one after the other (jobs/experimental_job.py),
-so the imports are paid once.
+(``test_experimental``), in one process per side of their own (jobs/experimental_job.py).
 """
 
 from __future__ import annotations
@@ -74,20 +73,14 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def matrix_runs(world: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Runs a case on both sides the first time a test asks for it; returns ``get(case) -> runs``."""
+    """Every case of CASES (jobs/matrix_job.py: all of them one after the other in one process per side, both
+    sides at once), run the first time a test asks for one; returns ``get(case) -> runs``."""
     done: dict[str, dict] = {}
-    report = tmp_path_factory.getbasetemp() / "matrix.json"
 
     def get(case: str) -> dict:
-        if case not in done:
-            start = time.perf_counter()
-            runs = run_both("matrix_job.py", [case, str(world)], tmp_path_factory.mktemp(case), route="patch",
-                            timeout=600, reads="result.json")
-            runs["wall_s"] = round(time.perf_counter() - start, 1)
-            done[case] = runs
-            numbers = {**(json.loads(report.read_text()) if report.is_file() else {}), case: measure(runs)}
-            report.write_text(json.dumps(numbers, indent=1))
-            print(f"\nmatrix {case}: {json.dumps(numbers[case])}")
+        if not done:
+            done.update(run_all_in_one("matrix_job.py", [",".join(CASES.values()), str(world)], "stable",
+                                       tmp_path_factory, timeout=1500))
         return done[case]
 
     return get
@@ -95,23 +88,28 @@ def matrix_runs(world: Path, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def experimental_runs(world: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Every case of trl.experimental (jobs/experimental_job.py: all of them one after the other in one process per
-    side, both sides at once), run once; returns ``{case: runs}`` in matrix_runs' shape."""
-    out = tmp_path_factory.mktemp("experimental")
+    """Every case of trl.experimental (jobs/experimental_job.py), run once; ``{case: runs}``."""
+    return run_all_in_one("experimental_job.py", [str(world)], "experimental", tmp_path_factory, timeout=900)
+
+
+def run_all_in_one(job: str, args: list[str], name: str, tmp_path_factory: pytest.TempPathFactory, *,
+                   timeout: float) -> dict[str, dict]:
+    """Run ``job args... OUT`` on both sides at once (each side one process running every case, its imports paid
+    once); returns ``{case: runs}`` (each side's OUT/CASE/result.json, the folders, the case's own wall time: its
+    phases on the slower side). The numbers go to ``matrix.json`` and are printed."""
+    out = tmp_path_factory.mktemp(name)
     start = time.perf_counter()
-    both = run_both("experimental_job.py", [str(world)], out, route="patch", timeout=900, reads="process.json")
-    wall = round(time.perf_counter() - start, 1)
+    both = run_both(job, args, out, route="patch", timeout=timeout, reads="process.json")
     report = tmp_path_factory.getbasetemp() / "matrix.json"
     numbers = json.loads(report.read_text()) if report.is_file() else {}
-    numbers["experimental"] = {"wall_s": wall,
-                               "cpu_s": {side: both[side]["cpu_s"] for side in ("upstream", "trainwell")}}
-    print(f"\nmatrix experimental (all cases): {json.dumps(numbers['experimental'])}")
+    numbers[name] = {"wall_s": round(time.perf_counter() - start, 1),
+                     "cpu_s": {side: both[side]["cpu_s"] for side in ("upstream", "trainwell")}}
+    print(f"\nmatrix {name} (all cases): {json.dumps(numbers[name])}")
     done = {}
     for case in both["upstream"]["cases"]:
         folders = {side: both["folder"][side] / case for side in ("upstream", "trainwell")}
         runs = {side: json.loads((folders[side] / "result.json").read_text()) for side in folders}
         runs["folder"] = folders
-        # the case's own time: its phases on the slower side (imports once per process, in the total above)
         runs["wall_s"] = round(max(sum(runs[side]["seconds"].values()) for side in folders), 1)
         done[case] = runs
         numbers[case] = measure(runs)

@@ -2,7 +2,8 @@
 ``python matrix_job.py CASE WORLD OUT [--patch]``.
 
 CASE names a trainer class (``SFTTrainer`` ... ``MultiVectorEncoderTrainer``) or ``setfit`` (setfit's
-``Trainer``); WORLD holds the tiny models (``WORLD/llama``, ``WORLD/bert``, built by
+``Trainer``), or several, comma-separated, run one after the other in this process (each into OUT/CASE; the
+warnings and log lines into OUT/job.log); WORLD holds the tiny models (``WORLD/llama``, ``WORLD/bert``, built by
 tests/ecosystem/world.py); ``--patch`` calls ``trainwell.patch_transformers()`` first. One process does every phase
 a user would, in order, each recorded on its own (a phase that raises is written down and the next runs):
 
@@ -354,7 +355,31 @@ def logging_to(path: Path) -> int:
     return former
 
 
+def main(cases: list[str], world: Path, out: Path) -> None:
+    """Every case of ``cases``, one after the other in this process (the imports paid once), each into OUT/CASE
+    (``run_case``; its ``cpu_s`` its own CPU time); then OUT/process.json: the cases, the process's CPU time
+    (imports included) and its wall time."""
+    start = time.perf_counter()
+    for case in cases:
+        folder = out / case
+        folder.mkdir(parents=True, exist_ok=True)
+        run_case(case, world, folder, cpu_since=cpu_seconds())
+    (out / "process.json").write_text(json.dumps({"cases": cases, "cpu_s": round(cpu_seconds(), 1),
+                                                  "wall_s": round(time.perf_counter() - start, 1)}))
+
+
 if __name__ == "__main__":
+    import os
+
     out_dir = Path(sys.argv[3])
     out_dir.mkdir(parents=True, exist_ok=True)
-    run_case(sys.argv[1], Path(sys.argv[2]), out_dir)
+    names = sys.argv[1].split(",")
+    if len(names) == 1:  # one case: OUT/result.json, its output where the caller reads it
+        run_case(names[0], Path(sys.argv[2]), out_dir)
+    else:  # several: OUT/CASE/result.json; the warnings and log lines of every case to OUT/job.log (a pipe fills)
+        former_stderr = logging_to(out_dir / "job.log")
+        try:
+            main(names, Path(sys.argv[2]), out_dir)
+        except BaseException:
+            os.write(former_stderr, f"{traceback.format_exc()}(the job's log: {out_dir / 'job.log'})\n".encode())
+            raise
