@@ -60,6 +60,13 @@ def summarize(predictions) -> list:
     return out
 
 
+def predicted(trainer) -> dict:
+    """``trainer.predict(trainer.eval_dataset)``: its metrics, and a summary of its predictions and labels."""
+    prediction = trainer.predict(trainer.eval_dataset)
+    return {"metrics": prediction.metrics, "predictions": summarize(prediction.predictions),
+            "labels": summarize(prediction.label_ids)}
+
+
 def metrics_of(prediction) -> dict:
     """A ``compute_metrics``: the summary of the predictions and of the labels, as numbers."""
     numbers = {}
@@ -306,10 +313,7 @@ def run_case(case: str, world: Path, out: Path, *, build=build, probe=probe, cpu
         result["history"] = state["trainer"].state.log_history
 
     def predict():
-        trainer = state["trainer"]
-        prediction = trainer.predict(trainer.eval_dataset)
-        result["predict"] = {"metrics": prediction.metrics, "predictions": summarize(prediction.predictions),
-                             "labels": summarize(prediction.label_ids)}
+        result["predict"] = predicted(state["trainer"])
 
     def load():
         state["trainer"].save_model(str(out / "final"))

@@ -35,7 +35,7 @@ if "--patch" in sys.argv:
     trainwell.patch_transformers()
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from matrix_job import PROBE, SAVE, build, build_setfit, summarize, write_weights
+from matrix_job import PROBE, SAVE, build, build_setfit, predicted, summarize, write_weights
 
 TRL_SUFFIX = ("SFTTrainer", "DPOTrainer", "KTOTrainer", "RewardTrainer", "GRPOTrainer", "RLOOTrainer",
               "DistillationTrainer")
@@ -69,10 +69,7 @@ def trainer_phases(case: str, world: Path, out: Path, result: dict, state: dict)
         result["history"] = state["trainer"].state.log_history
 
     def predict():
-        trainer = state["trainer"]
-        prediction = trainer.predict(trainer.eval_dataset)
-        result["predict"] = {"metrics": prediction.metrics, "predictions": summarize(prediction.predictions),
-                             "labels": summarize(prediction.label_ids)}
+        result["predict"] = predicted(state["trainer"])
 
     def resume():
         trainer = new_trainer("resumed_run")
@@ -153,10 +150,8 @@ def truth(case: str, world: Path, out: Path, trained: Path) -> None:
     trainer.model.load_state_dict(load_file(str(trained / "weights.safetensors")))
     if not case.endswith(TRL_SUFFIX):
         trainer.args.dataloader_drop_last = True
-    prediction = trainer.predict(trainer.eval_dataset)
-    result = {"evaluate": trainer.evaluate(), "predict": {
-        "metrics": prediction.metrics, "predictions": summarize(prediction.predictions),
-        "labels": summarize(prediction.label_ids)}}
+    result = {"predict": predicted(trainer)}
+    result["evaluate"] = trainer.evaluate()
     trainer.args.per_device_eval_batch_size = 8
     result["evaluate_global_batches"] = trainer.evaluate()
     (out / "truth.json").write_text(json.dumps(result, default=float))
