@@ -123,7 +123,9 @@ def rank_main(ns: argparse.Namespace) -> int:
         counter[0].hashed += found.size
         return found
 
-    layout.hash_file = counted_hash  # counted, not changed
+    from trainwell.checkpoint import sync
+
+    layout.hash_file = sync.hash_file = counted_hash  # counted, not changed (the seal hashes through sync)
     ranks = _counting_ranks(rank, world, counter)
     model, shard = os.urandom(ns.model_bytes), os.urandom(ns.shard_bytes)
 

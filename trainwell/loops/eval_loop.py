@@ -28,7 +28,6 @@ from .accumulate import OutputAccumulator, find_batch_size
 from .gather import _device_of, _is_dist, _round_robin, _sum_across_ranks, gather_parts, keep_rows, predicting_batch
 from .nested import nested_detach, nested_map, upcast_half
 from .remainder_cut import RemainderCut
-from .train_hooks import forward_precision, upcasts_outputs
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
@@ -279,6 +278,8 @@ def run_evaluation(trainer: EvalLoopTrainer, dataloader: Any, description: str,
     if args.past_index >= 0:
         trainer._past = None
     # the forward in mixed precision wherever a library calls it (its own prediction_step), as accelerate prepares it
+    from .train_hooks import forward_precision, upcasts_outputs  # here: importing the Trainer stays lean
+
     precision = forward_precision(unwrap_model(model), trainer.backend.autocast) \
         if upcasts_outputs(args) and isinstance(model, torch.nn.Module) else None
     try:

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ...checkpoint import store_calls
-from ...checkpoint.store_calls import StoreAccessError
 
 T = TypeVar("T")
 
@@ -54,6 +52,8 @@ class StoreSync:
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, moves: int = 0) -> T:
         """``fn(*args)``, a call to the store, within its deadline and with a clear error (:mod:`.store_calls`)."""
+        from ...checkpoint import store_calls  # a run without a store never imports it (nor layout, lock)
+
         return store_calls.call(self.store.url, what, fn, *args, moves=moves, endpoint=self.store.endpoint)
 
     def lock(self) -> None:
@@ -78,6 +78,8 @@ class StoreSync:
             uploader.close()
         owner, self._owner = self._owner, None
         if owner is not None:
+            from ...checkpoint import store_calls
+
             store_calls.best_effort(self.store.url, "releasing the store's lock", self.store.release_lock, owner,
                                     endpoint=self.store.endpoint, log=lambda fmt, *a: logger.warning(
                                         "could not release the lock (it goes stale by itself): " + fmt, *a))
@@ -202,6 +204,8 @@ class StoreSync:
             return self._download(path.name, output_dir, found, "resume_from_checkpoint names it")
         if not (resume_from_checkpoint is True or auto):
             return None
+        from ...checkpoint.store_calls import StoreAccessError
+
         found = self._call("listing its checkpoints", self.store.complete)
         local = newest_local(output_dir, found)
         if local is not None:

@@ -29,7 +29,6 @@ from ...utils.overrides import call_override
 from .checkpoint_store import StoreSync, local_best
 from .output_dir_runs import claim_output_dir, require_output_dir, resume_advice, run_identity, warn_older_run
 from .preemption_report import close_progress_bars, wait_for_preemption_save
-from .run_lock import lock_output_dir, warn_foreign_checkpoints
 from .resume_arguments import resolve_auto, warn_changed_arguments, warn_schedule_length_changed
 
 if TYPE_CHECKING:  # imported where used: `from trainwell import Trainer` does not load them
@@ -202,6 +201,8 @@ class TrainerCheckpoints:
             resume_from_checkpoint = self.args.resume_from_checkpoint
         recovered: list[Path] = []
         try:
+            from .run_lock import lock_output_dir, warn_foreign_checkpoints  # at train(): importing stays lean
+
             # a store failing after the folder's lock was taken: that lock released there, the store's below
             self.output_dir_lock = lock_output_dir(self.args, self.store, self.output_dir_lock)
             if self.args.should_save:

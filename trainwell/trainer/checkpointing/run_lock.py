@@ -1,5 +1,5 @@
 """The locks a ``train()`` takes before it touches ``output_dir`` (and the object store), and the word it gives at
-the start about folders it will not touch."""
+the start about folders it will not touch. Imported when ``train()`` starts, not with the Trainer."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...checkpoint.layout import list_foreign_checkpoints
+from ...checkpoint.lock import OutputDirLock, OutputDirLockedError
+from ...runtime.distributed import all_gather_object, is_dist
+
 if TYPE_CHECKING:
-    from ...checkpoint.lock import OutputDirLock
     from .checkpoint_store import StoreSync
 
 logger = logging.getLogger(__name__)
@@ -18,8 +21,6 @@ def lock_output_dir(args: Any, store: StoreSync | None, held: OutputDirLock | No
     """World process zero takes the ``output_dir`` lock (unless it holds it: ``held``), then the store's; with
     several processes every rank learns the outcome (one gather of a short string), so all of them fail together
     instead of waiting for rank 0. Returns the ``output_dir`` lock held (None on the other ranks)."""
-    from ...checkpoint.lock import OutputDirLock, OutputDirLockedError
-
     error: Exception | None = None
     taken: OutputDirLock | None = None
     if args.process_index == 0 and held is None and args.output_dir:
@@ -38,8 +39,6 @@ def lock_output_dir(args: Any, store: StoreSync | None, held: OutputDirLock | No
             except Exception as err:  # held by another run, or out of reach: every rank fails with it, now
                 error = err
     if args.world_size > 1:
-        from ...runtime.distributed import all_gather_object, is_dist
-
         if is_dist():
             message = all_gather_object(str(error) if error is not None else None)[0]
             if message is not None and error is None:
@@ -53,8 +52,6 @@ def lock_output_dir(args: Any, store: StoreSync | None, held: OutputDirLock | No
 
 def warn_foreign_checkpoints(args: Any, output_dir: str, resume_from: Path | None) -> None:
     """Foreign checkpoints newer than the start are kept; a save at one of their steps would fail: say so now."""
-    from ...checkpoint.layout import list_foreign_checkpoints
-
     if not args.should_save or args.save_strategy == "no":
         return
     start = resume_from.resolve() if resume_from is not None else None
