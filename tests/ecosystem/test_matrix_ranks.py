@@ -45,7 +45,8 @@ TRUTH = ("SFTTrainer", "DPOTrainer", "KTOTrainer", "RewardTrainer", "SentenceTra
 #: keys of an evaluation that are not the evaluation's (TRL's running count of training tokens; the epoch)
 TRAINING_KEYS = ("eval_num_tokens", "epoch")
 #: setfit builds its body's SentenceTransformerTrainingArguments itself, without use_cpu: on a CPU-only machine
-#: upstream's then report one process (each rank trains alone), trainwell's the two of torchrun
+#: upstream's then report one process (each rank trains alone, both into one output_dir, which at times fails one of
+#: them: FileNotFoundError in one CI run of two), trainwell's the two of torchrun
 SETFIT_WORLD = {"upstream": 1, "trainwell": 2}
 #: case -> (a logged metric, its tolerance) that a resume on 2 ranks reproduces only to float rounding, on upstream
 #: as here (measured: DistillationTrainer's ``entropy`` 1.2e-5 relative on both sides, its loss and weights exact)
@@ -103,12 +104,13 @@ def test_both_sides_see_two_ranks(runs, case):
 @pytest.mark.parametrize("case", NAMES)
 def test_train_equals_upstream_on_two_ranks(runs, case):
     up, ours = result(runs, "upstream", case), result(runs, "trainwell", case)
+    if case == "setfit":  # upstream's two lone ranks write one output_dir at once: at times one of them fails
+        assert "train" not in ours["errors"], ours["errors"]["train"]
+        pytest.skip("upstream's setfit trains each rank alone on a CPU-only machine (SETFIT_WORLD)")
     if "train" in up["errors"]:
         assert ours["errors"].get("train", "").split(":")[0] == up["errors"]["train"].split(":")[0]
         return
     assert "train" not in ours["errors"], ours["errors"]["train"]
-    if case == "setfit":
-        pytest.skip("upstream's setfit trains each rank alone on a CPU-only machine (SETFIT_WORLD)")
     assert largest(training_entries(up["history"]), training_entries(ours["history"])) <= TOLERANCE
     assert largest(summary(up["history"]), summary(ours["history"])) <= TOLERANCE
     assert weights_difference(runs["upstream"] / case / "weights.safetensors",
@@ -135,6 +137,9 @@ def test_resume_on_two_ranks_equals_the_uninterrupted_run(runs, case):
 @pytest.mark.parametrize("case", NAMES)
 def test_evaluate_on_an_uneven_set_equals_the_truth(runs, case):
     up, ours = result(runs, "upstream", case), result(runs, "trainwell", case)
+    if case == "setfit":  # each rank evaluates alone (setfit's evaluate); upstream's lone ranks may have failed
+        assert "evaluate" not in ours["errors"] and "accuracy" in ours["evaluate"], ours["errors"]
+        return
     if "train" in up["errors"]:
         pytest.skip("upstream cannot train it on 2 ranks (test_train_equals_upstream_on_two_ranks)")
     assert "evaluate" not in ours["errors"], ours["errors"]["evaluate"]
@@ -153,12 +158,12 @@ def test_evaluate_on_an_uneven_set_equals_the_truth(runs, case):
 @pytest.mark.parametrize("case", NAMES)
 def test_predict_on_an_uneven_set_equals_the_truth(runs, case):
     up, ours = result(runs, "upstream", case), result(runs, "trainwell", case)
+    if case == "setfit":  # each rank predicts alone (setfit's predict_proba): the trained bodies differ upstream
+        assert "predict" not in ours["errors"] and len(ours["predict"]["predictions"]) == 1, ours["errors"]
+        return
     if "train" in up["errors"]:
         pytest.skip("upstream cannot train it on 2 ranks (test_train_equals_upstream_on_two_ranks)")
     assert "predict" not in ours["errors"], ours["errors"]["predict"]
-    if case == "setfit":  # each rank predicts alone (setfit's predict_proba): the trained bodies differ upstream
-        assert len(ours["predict"]["predictions"]) == len(up["predict"]["predictions"]) == 1
-        return
     reference = json.loads((runs["truth"] / case / "truth.json").read_text())["predict"] if case in TRUTH \
         else up["predict"]
     assert largest(evaluation_numbers(reference["metrics"]), evaluation_numbers(ours["predict"]["metrics"])) \
